@@ -1,0 +1,106 @@
+"""The interface every MHA implementation fulfils.
+
+A plugin is a class. The harness constructs it once, asks what it can do
+(``devices()``, ``dtypes(device)``, ``features``), then per call:
+
+  state = impl.prepare(problem, device, dtype)   # untimed: weights and inputs to the device
+  handle = impl.run(state)                       # timed: the forward (and backward if asked)
+  impl.synchronize(state)                        # device barrier, before any clock is read
+  result = impl.fetch(state, handle)             # untimed: back to NumPy float64
+
+Feature names (``features``): valid_lens, causal, causal_bottom_right, bool_mask,
+bias, cross (Lq != Lk), gqa (H_kv < H), scale (explicit scale), weights
+(returns attention weights), grad (gradients).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence
+
+import numpy as np
+
+from suite.problem import Problem
+
+FEATURES = frozenset({
+    "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
+    "scale", "weights", "grad",
+})
+
+# Behaviours a plugin may declare it knowingly differs on (key of ``deviations``).
+DEVIATIONS = frozenset({"fully_masked_rows", "nan_padding"})
+
+
+class Unavailable(RuntimeError):
+    """Raised by a plugin's constructor when it cannot run here (the message says why)."""
+
+
+@dataclasses.dataclass
+class Result:
+    """What an implementation returned, as float64 NumPy arrays."""
+
+    output: np.ndarray  # (B, L, E)
+    attn_weights: Optional[np.ndarray] = None  # (B, H, L, S)
+    grads: Optional[Dict[str, np.ndarray]] = None  # name -> gradient, same shape as the input
+
+
+class Implementation:
+    """Base class of plugins. Subclasses set the class attributes and the four steps."""
+
+    name: ClassVar[str] = ""
+    framework: ClassVar[str] = ""
+    features: ClassVar[FrozenSet[str]] = frozenset()
+    # behaviour -> reason, for behaviours the library knowingly differs on from the spec.
+    deviations: ClassVar[Dict[str, str]] = {}
+
+    def framework_version(self) -> str:
+        return "unknown"
+
+    def devices(self) -> List[str]:
+        """Devices usable now, e.g. ["cpu", "cuda:0"]."""
+        return ["cpu"]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return ("float32",)
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Any:
+        raise NotImplementedError
+
+    def run(self, state: Any) -> Any:
+        raise NotImplementedError
+
+    def synchronize(self, state: Any) -> None:
+        """Block until the work started by ``run`` is finished."""
+
+    def fetch(self, state: Any, handle: Any) -> Result:
+        raise NotImplementedError
+
+    # Convenience for one untimed call.
+    def __call__(self, problem: Problem, device: str = "cpu", dtype: str = "float32", *,
+                 need_weights: bool = False, grad: bool = False) -> Result:
+        state = self.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        handle = self.run(state)
+        self.synchronize(state)
+        return self.fetch(state, handle)
+
+
+REQUIRED = ("prepare", "run", "fetch")
+
+
+def check_interface(cls: type) -> None:
+    """Raise TypeError naming what a plugin class is missing (checked at load time)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"expected a class, got {type(cls).__name__}")
+    missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))
+               or getattr(cls, m) is getattr(Implementation, m, None)]
+    if missing:
+        raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
+    unknown = set(getattr(cls, "features", ())) - FEATURES
+    if unknown:
+        raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
+                        f"known: {sorted(FEATURES)}")
+    unknown = set(getattr(cls, "deviations", {})) - DEVIATIONS
+    if unknown:
+        raise TypeError(f"{cls.__name__} declares unknown deviations {sorted(unknown)}; "
+                        f"known: {sorted(DEVIATIONS)}")

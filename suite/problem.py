@@ -1,0 +1,290 @@
+"""The canonical MHA problem: shapes, weights, masks, and input validation.
+
+Letters used everywhere in the suite (einsum strings, shape comments):
+  B batch, L query length (Lq), S key length (Lk), E model width,
+  H query heads, K kv heads (H_kv, GQA/MQA when K < H), D head width = E // H.
+
+Weights use the right-multiply layout: ``Q = query @ W_q + b_q`` with
+``W_q (E, H*D)``, ``W_k, W_v (E, K*D)``, ``W_o (H*D, E)``; head i owns columns
+``[i*D, (i+1)*D)``, i.e. the reshape ``(B, L, H, D)``. Query head h reads kv head
+``h // (H // K)``.
+
+Nothing here imports a framework: every array is a float64 NumPy array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+class InputError(ValueError):
+    """A user-facing problem with the inputs: the message names the argument."""
+
+
+def _expect(cond: bool, argument: str, expected: str, got: object) -> None:
+    if not cond:
+        raise InputError(f"{argument}: expected {expected}, got {got}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """Projection weights in the right-multiply layout (float64)."""
+
+    w_q: np.ndarray  # (E, H*D)
+    w_k: np.ndarray  # (E, K*D)
+    w_v: np.ndarray  # (E, K*D)
+    w_o: np.ndarray  # (H*D, E)
+    b_q: Optional[np.ndarray] = None  # (H*D,)
+    b_k: Optional[np.ndarray] = None  # (K*D,)
+    b_v: Optional[np.ndarray] = None  # (K*D,)
+    b_o: Optional[np.ndarray] = None  # (E,)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mask:
+    """The canonical mask; every part present is combined with AND.
+
+    valid_lens: (B,) or (B, L) ints in [0, S]: key j is visible iff j < valid_lens.
+    causal: query i sees keys j <= i ("top_left", torch/jax ``is_causal``) or
+        j <= i + (S - L) ("bottom_right").
+    allowed: bool array broadcastable to (B, H, L, S), True = may attend.
+    bias: float array broadcastable to (B, H, L, S), added to the logits.
+    """
+
+    valid_lens: Optional[np.ndarray] = None
+    causal: bool = False
+    causal_align: str = "top_left"
+    allowed: Optional[np.ndarray] = None
+    bias: Optional[np.ndarray] = None
+
+    @property
+    def kinds(self) -> frozenset:
+        """Feature names this mask needs from an implementation."""
+        out = set()
+        if self.valid_lens is not None:
+            out.add("valid_lens")
+        if self.causal:
+            out.add("causal" if self.causal_align == "top_left" else "causal_bottom_right")
+        if self.allowed is not None:
+            out.add("bool_mask")
+        if self.bias is not None:
+            out.add("bias")
+        return frozenset(out)
+
+    def is_empty(self) -> bool:
+        return not self.kinds
+
+    def dense_allowed(self, B: int, H: int, L: int, S: int) -> np.ndarray:
+        """Boolean (B, H, L, S) of every boolean part (not the bias), True = attend."""
+        allowed = np.ones((B, H, L, S), dtype=bool)
+        if self.valid_lens is not None:
+            vl = np.asarray(self.valid_lens)
+            vl = vl[:, None] if vl.ndim == 1 else vl  # (B, L) or (B, 1)
+            allowed &= (np.arange(S)[None, None, :] < vl[:, :, None])[:, None]  # (B, 1, L, S)
+        if self.causal:
+            offset = 0 if self.causal_align == "top_left" else S - L
+            allowed &= np.arange(S)[None, :] <= np.arange(L)[:, None] + offset  # (L, S)
+        if self.allowed is not None:
+            allowed &= np.asarray(self.allowed, dtype=bool)
+        return allowed
+
+    def dense_bias(self, B: int, H: int, L: int, S: int) -> np.ndarray:
+        """Additive float64 (B, H, L, S): the bias plus -inf where not allowed."""
+        bias = np.zeros((B, H, L, S))
+        if self.bias is not None:
+            bias = bias + self.bias
+        return np.where(self.dense_allowed(B, H, L, S), bias, -np.inf)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One MHA call: inputs, weights, mask, heads and scale (all float64)."""
+
+    query: np.ndarray  # (B, L, E)
+    key: np.ndarray  # (B, S, E)
+    value: np.ndarray  # (B, S, E)
+    weights: Weights
+    num_heads: int
+    num_kv_heads: Optional[int] = None
+    mask: Mask = dataclasses.field(default_factory=Mask)
+    scale: Optional[float] = None  # None: 1/sqrt(D)
+
+    # Shape facts, derived from the arrays.
+    @property
+    def B(self) -> int:
+        return self.query.shape[0]
+
+    @property
+    def L(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def S(self) -> int:
+        return self.key.shape[1]
+
+    @property
+    def E(self) -> int:
+        return self.query.shape[2]
+
+    @property
+    def H(self) -> int:
+        return self.num_heads
+
+    @property
+    def K(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def D(self) -> int:
+        return self.E // self.H
+
+    @property
+    def effective_scale(self) -> float:
+        return 1.0 / math.sqrt(self.D) if self.scale is None else float(self.scale)
+
+    def features(self) -> frozenset:
+        """Feature names an implementation must declare to run this problem."""
+        out = set(self.mask.kinds)
+        if self.K != self.H:
+            out.add("gqa")
+        if self.L != self.S:
+            out.add("cross")
+        if self.scale is not None:
+            out.add("scale")
+        return frozenset(out)
+
+    def validate(self) -> "Problem":
+        validate(self)
+        return self
+
+
+def validate(p: Problem) -> None:
+    """Raise InputError naming the argument, what was expected and what arrived."""
+    for name in ("query", "key", "value"):
+        arr = getattr(p, name)
+        _expect(isinstance(arr, np.ndarray) and arr.ndim == 3, name,
+                "a 3-d array (B, length, E)", f"shape {np.shape(arr)}")
+    B, L, E = p.query.shape
+    _expect(p.key.shape[0] == B and p.value.shape[0] == B, "key/value batch",
+            f"B={B} as in query", f"key {p.key.shape}, value {p.value.shape}")
+    _expect(p.key.shape[2] == E and p.value.shape[2] == E, "key/value width",
+            f"E={E} as in query", f"key {p.key.shape}, value {p.value.shape}")
+    _expect(p.key.shape[1] == p.value.shape[1], "value length",
+            f"Lk={p.key.shape[1]} as in key", f"value {p.value.shape}")
+    _expect(L >= 1 and p.key.shape[1] >= 1 and B >= 1, "shapes", "B, Lq, Lk >= 1",
+            f"query {p.query.shape}, key {p.key.shape}")
+    _expect(isinstance(p.num_heads, (int, np.integer)) and p.num_heads >= 1, "num_heads",
+            "a positive int", repr(p.num_heads))
+    if E % p.num_heads:
+        raise InputError(f"num_heads: model width E={E} is not divisible by H={p.num_heads}")
+    H, K, D, S = p.H, p.K, p.D, p.S
+    _expect(isinstance(K, (int, np.integer)) and 1 <= K <= H and H % K == 0, "num_kv_heads",
+            f"a divisor of num_heads={H}", repr(p.num_kv_heads))
+    for arr_name in ("query", "key", "value"):
+        arr = getattr(p, arr_name)
+        _expect(np.issubdtype(arr.dtype, np.floating), arr_name, "a float array", arr.dtype)
+    w = p.weights
+    shapes = {"w_q": (E, H * D), "w_k": (E, K * D), "w_v": (E, K * D), "w_o": (H * D, E),
+              "b_q": (H * D,), "b_k": (K * D,), "b_v": (K * D,), "b_o": (E,)}
+    for name, shape in shapes.items():
+        arr = getattr(w, name)
+        if arr is None:
+            _expect(name.startswith("b_"), f"weights.{name}", f"an array of shape {shape}", None)
+            continue
+        _expect(np.shape(arr) == shape, f"weights.{name}", f"shape {shape}", f"{np.shape(arr)}")
+    m = p.mask
+    if m.valid_lens is not None:
+        vl = np.asarray(m.valid_lens)
+        _expect(vl.shape in ((B,), (B, L)), "mask.valid_lens", f"shape ({B},) or ({B}, {L})",
+                f"{vl.shape}")
+        _expect(np.issubdtype(vl.dtype, np.integer), "mask.valid_lens", "integers", vl.dtype)
+        _expect(bool(((vl >= 0) & (vl <= S)).all()), "mask.valid_lens", f"values in [0, {S}]",
+                f"min {vl.min()}, max {vl.max()}")
+    _expect(m.causal_align in ("top_left", "bottom_right"), "mask.causal_align",
+            "'top_left' or 'bottom_right'", repr(m.causal_align))
+    for name, kind in (("allowed", "bool"), ("bias", "float")):
+        arr = getattr(m, name)
+        if arr is None:
+            continue
+        arr = np.asarray(arr)
+        if kind == "bool":
+            _expect(arr.dtype == np.bool_, "mask.allowed", "a bool array (True = attend)",
+                    f"dtype {arr.dtype}")
+        else:
+            _expect(np.issubdtype(arr.dtype, np.floating), "mask.bias", "a float array",
+                    f"dtype {arr.dtype}")
+            _expect(not np.isnan(arr).any(), "mask.bias", "no NaN", "NaN values")
+        try:
+            np.broadcast_shapes(arr.shape, (B, H, L, S))
+            ok = arr.ndim <= 4
+        except ValueError:
+            ok = False
+        _expect(ok and np.broadcast_shapes(arr.shape, (B, H, L, S)) == (B, H, L, S),
+                f"mask.{name}", f"a shape broadcastable to (B, H, Lq, Lk)=({B}, {H}, {L}, {S})",
+                f"{arr.shape}")
+    if p.scale is not None:
+        _expect(math.isfinite(p.scale) and p.scale != 0, "scale", "a finite non-zero float",
+                repr(p.scale))
+    _check_finite(p)
+
+
+def _check_finite(p: Problem) -> None:
+    """NaN/inf is an error, except in key/value positions that valid_lens pads out."""
+    bad = np.flatnonzero(~np.isfinite(p.query).reshape(-1))
+    if bad.size:
+        raise InputError(f"query: expected finite values, got NaN or inf at flat index {bad[0]}")
+    vl = p.mask.valid_lens
+    for name in ("key", "value"):
+        arr = getattr(p, name)
+        finite = np.isfinite(arr).all(axis=-1)  # (B, S)
+        if vl is not None:
+            vl_max = np.asarray(vl).reshape(p.B, -1).max(axis=1)  # (B,)
+            finite |= np.arange(p.S)[None, :] >= vl_max[:, None]
+        if not finite.all():
+            b, j = np.argwhere(~finite)[0]
+            raise InputError(f"{name}: expected finite values, got NaN or inf at batch {b}, "
+                             f"position {j} (only positions padded out by valid_lens may be)")
+
+
+def random_weights(rng: np.random.Generator, E: int, H: int, K: int, bias: bool = True) -> Weights:
+    """Weights scaled 1/sqrt(fan_in) so logits stay O(1)."""
+    D = E // H
+
+    def w(rows: int, cols: int) -> np.ndarray:
+        return rng.standard_normal((rows, cols)) / math.sqrt(rows)
+
+    def b(n: int) -> Optional[np.ndarray]:
+        return 0.1 * rng.standard_normal(n) if bias else None
+
+    return Weights(w(E, H * D), w(E, K * D), w(E, K * D), w(H * D, E),
+                   b(H * D), b(K * D), b(K * D), b(E))
+
+
+def make_problem(seed: int, B: int = 2, L: int = 8, S: Optional[int] = None, E: int = 16,
+                 H: int = 2, K: Optional[int] = None, *, self_attention: bool = False,
+                 mask: Optional[Mask] = None, scale: Optional[float] = None,
+                 bias: bool = True, input_scale: float = 1.0) -> Problem:
+    """A seeded random problem; the same arguments always give the same arrays."""
+    rng = np.random.default_rng(seed)
+    S = L if S is None else S
+    K = H if K is None else K
+    query = input_scale * rng.standard_normal((B, L, E))
+    if self_attention:
+        if S != L:
+            raise InputError(f"self_attention: expected Lk == Lq, got Lq={L}, Lk={S}")
+        key = value = query
+    else:
+        key = input_scale * rng.standard_normal((B, S, E))
+        value = rng.standard_normal((B, S, E))
+    weights = random_weights(rng, E, H, K, bias=bias) if E % H == 0 else random_weights(
+        rng, E, 1, 1, bias=bias)
+    return Problem(query, key, value, weights, H, K, mask or Mask(), scale)
