@@ -8,6 +8,14 @@ A plugin is a class. The harness constructs it once, asks what it can do
   impl.synchronize(state)                        # device barrier, before any clock is read
   result = impl.fetch(state, handle)             # untimed: back to NumPy float64
 
+With ``grad=True`` the timed step is forward + backward of the scalar
+``sum(out * suite.problem.cotangent(problem))``, and ``Result.grads`` maps each name
+in ``suite.problem.GRAD_NAMES`` (inputs and weights; biases when present) to its
+gradient. Treat query, key and value as separate leaves even when they are the same array.
+A plugin that compiles (jax.jit, torch.compile) does so in ``prepare`` and stores the
+seconds in ``state.compile_s`` or ``state["compile_s"]``. ``synchronize`` receives only
+the state, so an asynchronous plugin keeps its last output in the state.
+
 Feature names (``features``): valid_lens, causal, causal_bottom_right, bool_mask,
 bias, cross (Lq != Lk), gqa (H_kv < H), scale (explicit scale), weights
 (returns attention weights), grad (gradients).

@@ -288,3 +288,15 @@ def make_problem(seed: int, B: int = 2, L: int = 8, S: Optional[int] = None, E: 
     weights = random_weights(rng, E, H, K, bias=bias) if E % H == 0 else random_weights(
         rng, E, 1, 1, bias=bias)
     return Problem(query, key, value, weights, H, K, mask or Mask(), scale)
+
+
+GRAD_NAMES = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+
+
+def cotangent(p: Problem) -> np.ndarray:
+    """The fixed upstream gradient dL/d(out) (B, L, E) for gradient checks: L = sum(out * g).
+
+    Seeded by the shapes only, so every implementation differentiates the same scalar.
+    """
+    rng = np.random.default_rng([p.B, p.L, p.S, p.E, 7])
+    return rng.standard_normal((p.B, p.L, p.E))
