@@ -75,8 +75,9 @@ def _describe(exc: BaseException) -> str:
     first = msg[0] if msg else ""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         root = exc.name.split(".")[0]
-        hint = INSTALL_HINTS.get(root, f"pip install {root}")
-        return f"{root} is not installed ({hint})"
+        if root in INSTALL_HINTS:
+            return f"{root} is not installed ({INSTALL_HINTS[root]})"
+        return f"module {exc.name} not found"
     return f"{type(exc).__name__}: {first}" if not isinstance(exc, Unavailable) else first
 
 

@@ -1,0 +1,16 @@
+"""Masking, shapes and numerics: every case against the float64 oracle under the agreement rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.cases import CASES
+from suite.check import run_case
+
+AGREEMENT = [c for c in CASES if c.family in ("masking", "shapes", "numerics")]
+
+
+@pytest.mark.parametrize("case", AGREEMENT, ids=[f"{c.family}/{c.name}" for c in AGREEMENT])
+def test_case(target, case, record):
+    entry, device, dtype = target
+    record(run_case(entry.impl, entry.name, device, dtype, case))
