@@ -1,0 +1,26 @@
+"""Shared helpers for the harness tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = ROOT / "tests" / "plugins"
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``mha-suite`` in a subprocess, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("MHA_SUITE_PLUGINS", None) if env is None else None
+    return subprocess.run([sys.executable, "-m", "suite.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=full_env)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,10 @@
+"""Planted bug: forgets the 1/sqrt(d) scale (uses 1)."""
+
+from implementations.numpy_mha import NumpyMHA
+
+
+class ForgetsScale(NumpyMHA):
+    name = "bug.no_scale"
+
+    def attend(self, q, k, v, bias, scale, need_weights):
+        return super().attend(q, k, v, bias, q.dtype.type(1), need_weights)

@@ -1,0 +1,91 @@
+"""The float64 oracle against hand-worked examples and its own invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from suite.oracle import naive, oracle, round_to
+from suite.problem import Mask, Problem, Weights, make_problem
+
+
+def _identity_problem(q, k, v, mask=Mask()):
+    E = q.shape[-1]
+    eye = np.eye(E)
+    return Problem(q[None], k[None], v[None], Weights(eye, eye, eye, eye), 1, mask=mask)
+
+
+def test_worked_two_token_example():
+    """The tutorials' example: d_k = 2, weights row 0 ~ [0.52, 0.48], output row 0 ~ [1.06, 0.89]."""
+    q = np.array([[0.9, 0.3], [0.6, 0.8]])
+    k = np.array([[0.8, 0.4], [0.5, 0.9]])
+    v = np.array([[1.2, 0.7], [0.9, 1.1]])
+    out, w = oracle(_identity_problem(q, k, v))
+    np.testing.assert_allclose(w[0, 0, 0], [0.52, 0.48], atol=0.005)
+    np.testing.assert_allclose(out[0, 0], [1.06, 0.89], atol=0.005)
+    # Exactly: softmax((q0 . k_j) / sqrt(2)).
+    logits = q[0] @ k.T / np.sqrt(2)
+    expect = np.exp(logits) / np.exp(logits).sum()
+    np.testing.assert_allclose(w[0, 0, 0], expect, rtol=1e-15)
+    np.testing.assert_allclose(out[0, 0], expect @ v, rtol=1e-15)
+
+
+def test_causal_first_row_sees_only_first_key():
+    q = np.array([[0.9, 0.3], [0.6, 0.8]])
+    k = np.array([[0.8, 0.4], [0.5, 0.9]])
+    v = np.array([[1.2, 0.7], [0.9, 1.1]])
+    out, w = oracle(_identity_problem(q, k, v, Mask(causal=True)))
+    np.testing.assert_array_equal(w[0, 0, 0], [1.0, 0.0])
+    np.testing.assert_allclose(out[0, 0], v[0], rtol=1e-15)
+
+
+def test_fully_masked_row_gives_output_bias():
+    p = make_problem(0, 2, 4, 5, 8, 2, mask=Mask(valid_lens=np.array([5, 0])))
+    out, w = oracle(p)
+    np.testing.assert_array_equal(w[1], 0.0)
+    np.testing.assert_allclose(out[1], np.broadcast_to(p.weights.b_o, out[1].shape), rtol=0)
+
+
+def test_bool_mask_equals_minus_inf_bias():
+    allowed = np.random.default_rng(1).random((2, 2, 4, 5)) < 0.6
+    allowed[..., 0] = True
+    a = make_problem(3, 2, 4, 5, 8, 2, mask=Mask(allowed=allowed))
+    b = make_problem(3, 2, 4, 5, 8, 2, mask=Mask(bias=np.where(allowed, 0.0, -np.inf)))
+    np.testing.assert_array_equal(oracle(a)[0], oracle(b)[0])
+
+
+def test_gqa_reads_kv_head_h_div_groups():
+    """With H = 4, K = 2, query heads 0,1 read kv head 0 and heads 2,3 read kv head 1."""
+    p = make_problem(5, 1, 3, 3, 8, 4, 2)
+    D = p.D
+    _, w = oracle(p)
+    # Rebuild head 1 by hand from kv head 0 (h // 2), not kv head 1 (h % 2).
+    q = (p.query @ p.weights.w_q + p.weights.b_q)[0, :, D:2 * D]
+    k = (p.key @ p.weights.w_k + p.weights.b_k)[0, :, 0:D]
+    logits = q @ k.T / np.sqrt(D)
+    expect = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(w[0, 1], expect / expect.sum(-1, keepdims=True), rtol=1e-12)
+
+
+def test_padding_values_cannot_poison():
+    p = make_problem(7, 2, 4, 6, 8, 2, mask=Mask(valid_lens=np.array([6, 3])))
+    key, value = p.key.copy(), p.value.copy()
+    key[1, 3:] = np.nan
+    value[1, 3:] = np.nan
+    q = Problem(p.query, key, value, p.weights, 2, mask=p.mask)
+    np.testing.assert_array_equal(oracle(p)[0], oracle(q.validate())[0])
+
+
+@pytest.mark.parametrize("dtype,eps", [("float32", 2**-24), ("float16", 2**-11), ("bfloat16", 2**-8)])
+def test_round_to_is_within_half_ulp(dtype, eps):
+    x = np.random.default_rng(0).standard_normal(10000)
+    rel = np.abs(round_to(x, dtype) - x) / np.abs(x)
+    assert rel.max() <= eps
+    assert rel.max() > eps / 4  # it really rounds
+
+
+def test_naive_error_grows_as_precision_drops():
+    p = make_problem(11, 2, 16, 16, 32, 4)
+    ref = oracle(p)[0]
+    errs = [np.abs(naive(p, t)[0] - ref).max() for t in ("float32", "float16", "bfloat16")]
+    assert 0 < errs[0] < errs[1] < errs[2]

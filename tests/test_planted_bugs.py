@@ -1,0 +1,67 @@
+"""The conformance cases catch deliberately wrong implementations, and the built-ins pass.
+
+Each planted bug is registered through --plugin, as a user's plugin would be.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import PLUGINS, ROOT
+
+BUGS = {
+    "wrong_scale.py": ("bug.no_scale", "numerics"),
+    "ignores_mask.py": ("bug.ignores_mask", "masking"),
+    "inverted_bool.py": ("bug.inverted_bool", "masking"),
+    "head_order.py": ("bug.head_order", "shapes"),
+}
+
+
+def conformance(tmp_path, *args: str) -> tuple[int, dict]:
+    out = tmp_path / "conformance.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+         "-p", "no:cacheprovider", "--conformance-json", str(out), *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.returncode, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("file", sorted(BUGS))
+def test_planted_bug_fails_a_case(tmp_path, file):
+    name, family = BUGS[file]
+    code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / file), "--impl", name,
+                            "--dtype", "float32")
+    assert code == 1
+    fails = [r for r in doc["results"] if r["outcome"] == "fail"]
+    assert any(r["family"] == family for r in fails), {r["case"] for r in fails}
+    assert all(r["impl"] == name for r in doc["results"])
+    # The failure says how far past the rule it is.
+    worst = max((r for r in fails if isinstance(r["err"], float)), key=lambda r: r["err"] / r["bound"])
+    assert worst["err"] > worst["bound"]
+
+
+def test_builtins_pass_every_case_they_support(tmp_path):
+    code, doc = conformance(tmp_path, "--impl", "numpy*", "--impl", "torch.eager",
+                            "--impl", "torch.sdpa", "--impl", "jax.jit")
+    bad = [(r["impl"], r["dtype"], r["case"], r["reason"]) for r in doc["results"]
+           if r["outcome"] in ("fail", "error")]
+    assert not bad
+    assert code == 0
+    assert {r["outcome"] for r in doc["results"]} >= {"pass"}
+
+
+def test_plugin_that_raises_is_an_error_and_neighbours_still_run(tmp_path):
+    code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / "broken.py"),
+                            "--impl", "broken.*", "--dtype", "float32", "-k", "masking/none")
+    by_impl = {r["impl"]: r for r in doc["results"]}
+    assert by_impl["broken.run"]["outcome"] == "error"
+    assert "RuntimeError: kernel launch failed" in by_impl["broken.run"]["reason"]
+    assert by_impl["broken.neighbour_works"]["outcome"] == "pass"
+    listed = {i["name"]: i for i in doc["implementations"]}
+    assert listed["broken.construct"]["available"] is False
+    assert code == 1
