@@ -117,6 +117,7 @@ class Problem:
     num_kv_heads: Optional[int] = None
     mask: Mask = dataclasses.field(default_factory=Mask)
     scale: Optional[float] = None  # None: 1/sqrt(D)
+    grad_output: Optional[np.ndarray] = None  # (B, L, E) dL/d(out) for gradients; None: fixed
 
     # Shape facts, derived from the arrays.
     @property
@@ -296,7 +297,10 @@ GRAD_NAMES = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
 def cotangent(p: Problem) -> np.ndarray:
     """The fixed upstream gradient dL/d(out) (B, L, E) for gradient checks: L = sum(out * g).
 
-    Seeded by the shapes only, so every implementation differentiates the same scalar.
+    Seeded by the shapes only, so every implementation differentiates the same scalar;
+    a problem may set its own (``grad_output``), e.g. to probe causality through gradients.
     """
+    if p.grad_output is not None:
+        return p.grad_output
     rng = np.random.default_rng([p.B, p.L, p.S, p.E, 7])
     return rng.standard_normal((p.B, p.L, p.E))

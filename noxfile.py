@@ -1,0 +1,97 @@
+"""nox sessions: tests, conformance, bench, report, run, fidelity, lint (+ GPU variants).
+
+CPU sessions install through constraints/cpu.txt, which pins the CPU build of
+torch; the GPU sessions install without it and are not run by default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CPU_CONSTRAINTS = str(ROOT / "constraints" / "cpu.txt")
+RESULTS = os.environ.get("MHA_SUITE_RESULTS", "mha-results")
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def install(session: nox.Session, extras: str = "all", gpu: bool = False) -> None:
+    """Install mha-suite with ``extras``; CPU wheels unless ``gpu``."""
+    args = ["-e", f".[{extras}]"]
+    if not gpu:
+        args += ["-c", CPU_CONSTRAINTS]
+    session.install(*args)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Harness tests, conformance of every available implementation, and a ci-preset sweep."""
+    install(session)
+    session.run("mha-suite", "list")
+    session.run("pytest", "tests", *session.posargs)
+    session.run("mha-suite", "check", "--json", f"{RESULTS}/ci/conformance.json")
+    session.run("mha-suite", "sweep", "--preset", "ci", "--out", f"{RESULTS}/ci")
+    session.run("mha-suite", "report", f"{RESULTS}/ci", "--out", f"{RESULTS}/ci/report.html")
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The conformance cases; posargs go to pytest (e.g. --impl 'torch.*' -k masking)."""
+    install(session)
+    session.run("pytest", "--pyargs", "suite.conformance", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """A sweep (default preset); posargs go to `mha-suite sweep`."""
+    install(session)
+    session.run("mha-suite", "sweep", *(session.posargs or ["--preset", "default",
+                                                            "--out", RESULTS]))
+
+
+@nox.session(default=False)
+def bench_gpu(session: nox.Session) -> None:
+    """The gpu preset with CUDA builds of torch and jax (needs a GPU)."""
+    install(session, "torch,report,dev", gpu=True)
+    session.install("jax[cuda12]")
+    session.run("mha-suite", "sweep", "--preset", "gpu", *(session.posargs or ["--out", RESULTS]))
+
+
+@nox.session(default=False)
+def conformance_gpu(session: nox.Session) -> None:
+    """Conformance on CUDA devices only (needs a GPU)."""
+    install(session, "torch,report,dev", gpu=True)
+    session.install("jax[cuda12]")
+    session.run("pytest", "--pyargs", "suite.conformance", "--device", "cuda", *session.posargs)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """The HTML report from results files (posargs: files/dirs, --baseline, --out)."""
+    install(session, "report")
+    session.run("mha-suite", "report", *(session.posargs or [RESULTS]))
+
+
+@nox.session
+def run(session: nox.Session) -> None:
+    """The main job: conformance + the default sweep + the HTML report."""
+    install(session)
+    session.run("mha-suite", "run", "--out", RESULTS, *session.posargs)
+
+
+@nox.session
+def fidelity(session: nox.Session) -> None:
+    """Sweep medians against independent timers (torch.utils.benchmark, timeit)."""
+    install(session)
+    session.run("python", "-m", "suite.fidelity", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".", *session.posargs)
