@@ -80,7 +80,13 @@ def error_text(exc: BaseException) -> str:
 def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
     """Run ``case`` on ``impl`` and classify the result."""
     out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
-    p = case.problem()
+    return run_problem(impl, out, case.problem(), case.behaviour)
+
+
+def run_problem(impl: Implementation, out: Outcome, p: Problem,
+                behaviour: Optional[str] = None) -> Outcome:
+    """Run problem ``p`` on ``impl``, compare with the oracle and fill in ``out``."""
+    device, dtype = out.device, out.dtype
     missing = missing_features(impl, p)
     if missing:
         out.outcome, out.reason = "unsupported", f"needs {', '.join(missing)}"
@@ -103,15 +109,15 @@ def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Cas
         out.outcome, out.reason = "fail", str(exc)
         return out
     failed = [c for c in out.comparisons if not c.passed]
-    deviation = getattr(impl, "deviations", {}).get(case.behaviour) if case.behaviour else None
+    deviation = getattr(impl, "deviations", {}).get(behaviour) if behaviour else None
     if failed and deviation:
         out.outcome = "deviation"
-        out.reason = f"declared {case.behaviour}: {deviation}; {failed[0].describe()}"
+        out.reason = f"declared {behaviour}: {deviation}; {failed[0].describe()}"
     elif failed:
         out.outcome = "fail"
         out.reason = "; ".join(c.describe() for c in failed) + _where(failed[0], res, ref_out)
     elif deviation:
-        out.reason = f"declared {case.behaviour} deviation not observed in this case"
+        out.reason = f"declared {behaviour} deviation not observed in this case"
     return out
 
 

@@ -25,6 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only on these devices, e.g. cpu, cuda (prefix match; repeatable)")
     group.addoption("--dtype", action="append", default=[], metavar="DTYPE",
                     help="run only these dtypes (repeatable)")
+    group.addoption("--hypothesis-examples", type=int, default=25, metavar="N",
+                    help="examples per implementation for the property-based shapes family "
+                         "(default 25, derandomised; raise for longer searches)")
     group.addoption("--conformance-json", default=None, metavar="PATH",
                     help="write conformance outcomes (err, baseline err, ratio) to PATH")
 

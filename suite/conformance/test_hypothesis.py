@@ -1,0 +1,81 @@
+"""Property-based shapes: Hypothesis draws B, Lq, Lk, E, H, H_kv and masks within bounds.
+
+Derandomised and bounded (``--hypothesis-examples``, default 25 per implementation,
+dtype and device) so CI is repeatable; raise it for longer searches. Draws use only
+features the implementation declares, so every example is a fair question.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from suite.check import Outcome, run_problem  # noqa: E402
+from suite.problem import Mask, make_problem  # noqa: E402
+
+
+@st.composite
+def problems(draw, features: frozenset):
+    """A seeded problem within small bounds, using only ``features``."""
+    H = draw(st.integers(1, 6))
+    K = draw(st.sampled_from([k for k in range(1, H + 1) if H % k == 0])) \
+        if "gqa" in features else H
+    D = draw(st.integers(1, 9))
+    B = draw(st.integers(1, 3))
+    L = draw(st.integers(1, 24))
+    S = draw(st.integers(1, 24)) if "cross" in features else L
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    kw = {}
+    if "valid_lens" in features and draw(st.booleans()):
+        kw["valid_lens"] = rng.integers(1, S + 1, size=B)  # rows keep >= 1 key
+    causal_kinds = [k for k in ("causal", "causal_bottom_right") if k in features]
+    if causal_kinds and draw(st.booleans()):
+        kind = draw(st.sampled_from(causal_kinds))
+        kw["causal"] = True
+        kw["causal_align"] = "top_left" if kind == "causal" else "bottom_right"
+    if "bool_mask" in features and draw(st.booleans()):
+        allowed = rng.random((B, H, L, S)) < 0.7
+        allowed[..., 0] = True
+        kw["allowed"] = allowed
+    if "bias" in features and draw(st.booleans()):
+        kw["bias"] = rng.standard_normal((1, H, L, S))
+    # Keep key 0 visible so no row is fully masked (that behaviour has its own cases).
+    if kw.get("causal_align") == "bottom_right" and L > S:  # its first L - S rows see nothing
+        del kw["causal"], kw["causal_align"]
+    return make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw))
+
+
+def test_random_shapes(target, record, request):
+    entry, device, dtype = target
+    n = request.config.getoption("--hypothesis-examples")
+    out = Outcome(entry.name, device, dtype, "hypothesis", "random_shapes", 0, "pass")
+    worst = []
+
+    @settings(max_examples=n, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck), print_blob=True)
+    @given(problems(frozenset(entry.impl.features)))
+    def check(p):
+        o = run_problem(entry.impl, Outcome(entry.name, device, dtype, "hypothesis",
+                                            "random_shapes", 0, "pass"), p.validate())
+        worst.append(o)
+        if o.outcome in ("fail", "error"):
+            raise AssertionError(
+                f"B={p.B} Lq={p.L} Lk={p.S} E={p.E} H={p.H} H_kv={p.K} "
+                f"mask={sorted(p.mask.kinds)}: {o.reason}")
+
+    try:
+        check()
+    except AssertionError as exc:
+        last = worst[-1]
+        out.outcome, out.comparisons = last.outcome, last.comparisons
+        out.reason = str(exc).splitlines()[0]
+    else:
+        comparisons = [c for o in worst for c in o.comparisons]
+        out.comparisons = [max(comparisons, key=lambda c: c.err / c.bound)] if comparisons else []
+        out.reason = f"{len(worst)} examples"
+    record(out)
