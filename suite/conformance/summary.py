@@ -41,7 +41,7 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
         lines.append(impl.ljust(width) + "  " + "  ".join(
             cell(rows[impl][f]).ljust(w) for f, w in zip(families, widths)))
     if config is not None:
-        unavailable = [e for e in pytest_plugin.session_registry(config).entries.values()
+        unavailable = [e for e in pytest_plugin.selected_entries(config, available_only=False)
                        if not e.available]
         for e in unavailable:
             lines.append(f"{e.name.ljust(width)}  unavailable: {e.error}")

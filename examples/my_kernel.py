@@ -1,0 +1,22 @@
+"""Only an attention core: the suite's NumPy adapter does projections, heads and masks."""
+
+import numpy as np
+
+from implementations.numpy_mha import NumpyCore
+
+
+class MyKernel(NumpyCore):
+    name = "mine.kernel"
+
+    def attend(self, q, k, v, bias, scale, need_weights):
+        # q (B, H, L, D), k and v (B, H, S, D), bias (B, H|1, L, S) with -inf where masked.
+        s = q @ k.swapaxes(-1, -2) * scale  # (B, H, L, S)
+        if bias is not None:  # masked scores exactly -inf, even where padded keys hold NaN
+            s = np.where(np.isneginf(bias), -np.inf, s + bias)
+        top = s.max(-1, keepdims=True)
+        p = np.exp(s - np.where(np.isfinite(top), top, 0))
+        total = p.sum(-1, keepdims=True)
+        p = p / np.where(total > 0, total, 1)
+        if bias is not None:  # padded value rows may hold NaN: 0 * NaN is NaN
+            v = np.where(np.isneginf(bias).all(-2)[..., None], 0, v)
+        return p @ v, None
