@@ -87,6 +87,7 @@ class Implementation:
     # Convenience for one untimed call.
     def __call__(self, problem: Problem, device: str = "cpu", dtype: str = "float32", *,
                  need_weights: bool = False, grad: bool = False) -> Result:
+        problem.validate()  # bad input gets the suite's clear error, not a kernel's
         state = self.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
         handle = self.run(state)
         self.synchronize(state)

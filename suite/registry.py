@@ -97,14 +97,16 @@ def _load_object(spec: str) -> object:
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:
-            raise PluginError(f"--plugin {spec}: importing {target} failed: {_describe(exc)}")
+            raise PluginError(
+                f"--plugin {spec}: importing {target} failed: {_describe(exc)}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
-            raise PluginError(f"--plugin {spec}: module {target} not found ({exc.name})")
+            raise PluginError(f"--plugin {spec}: module {target} not found ({exc.name})") from exc
         except Exception as exc:
-            raise PluginError(f"--plugin {spec}: importing {target} failed: {_describe(exc)}")
+            raise PluginError(
+                f"--plugin {spec}: importing {target} failed: {_describe(exc)}") from exc
     if not attr:
         return module
     obj = module

@@ -9,10 +9,11 @@ from suite.oracle import naive, oracle, round_to
 from suite.problem import Mask, Problem, Weights, make_problem
 
 
-def _identity_problem(q, k, v, mask=Mask()):
+def _identity_problem(q, k, v, mask=None):
     E = q.shape[-1]
     eye = np.eye(E)
-    return Problem(q[None], k[None], v[None], Weights(eye, eye, eye, eye), 1, mask=mask)
+    return Problem(q[None], k[None], v[None], Weights(eye, eye, eye, eye), 1,
+                   mask=mask or Mask())
 
 
 def test_worked_two_token_example():

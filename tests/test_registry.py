@@ -96,6 +96,9 @@ def test_entry_point_group(monkeypatch):
             from tests.plugins.wrong_scale import ForgetsScale
             return ForgetsScale
 
-    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [EP()] if group == registry.ENTRY_POINT_GROUP else [])
+    def fake_entry_points(group=None):
+        return [EP()] if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(metadata, "entry_points", fake_entry_points)
     reg = registry.build(builtins=False, env={})
     assert reg.entries["bug.no_scale"].source.startswith("entry point")
