@@ -10,7 +10,6 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from suite.oracle import round_to
 from suite.plugin import Implementation, Result
 from suite.problem import Problem
 

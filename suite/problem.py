@@ -163,7 +163,7 @@ class Problem:
             out.add("scale")
         return frozenset(out)
 
-    def validate(self) -> "Problem":
+    def validate(self) -> Problem:
         validate(self)
         return self
 

@@ -1,6 +1,5 @@
 """Planted bug: splits heads as (B, L, D, H) instead of (B, L, H, D)."""
 
-import numpy as np
 
 from implementations.numpy_mha import NumpyMHA
 
