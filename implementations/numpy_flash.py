@@ -31,9 +31,9 @@ from suite.problem import Problem
 
 # Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core): a (heads, 256, 512)
 # float32 score tile per worker stays in L2 across the softmax passes.
-BLOCK_Q = 256
-BLOCK_K = 512
-HEADS_PER_UNIT = 4
+BLOCK_Q = 512
+BLOCK_K = 256
+HEADS_PER_UNIT = 2
 # Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
 # in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
 _HI = 2.0**32
@@ -135,45 +135,98 @@ class NumpyFlashMHA(NumpyCore):
         return state
 
     # --- the attention core -----------------------------------------------------------------
+    def run(self, s: Dict[str, Any]) -> Tuple[np.ndarray, None]:
+        """NumpyCore's forward, with every matmul on our workers and BLAS on one thread.
+
+        Calling multi-threaded BLAS for the projections would leave its own worker
+        spinning through the attention core that follows, taking a core from ours.
+        """
+        p, w = s["p"], s["w"]
+        B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+        with self._one_blas_thread():
+            q = self._project(s["query"], w["w_q"], w["b_q"])  # (B, L, H*D)
+            k = self._project(s["key"], w["w_k"], w["b_k"])  # (B, S, K*D)
+            v = self._project(s["value"], w["w_v"], w["b_v"])  # (B, S, K*D)
+            q = q.reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
+            k = k.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D): GQA in attend
+            v = v.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+            heads, _ = self.attend(q, k, v, s["bias"], s["scale"], False)
+            # heads is a (B, L, H, D) buffer seen as (B, H, L, D): this reshape is free.
+            out = self._project(heads.transpose(0, 2, 1, 3).reshape(B, L, H * D),
+                                w["w_o"], w["b_o"])  # (B, L, E)
+        return out, None
+
+    def _project(self, x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
+        """x @ w (+ b), rows split over the workers: x (B, N, E_in) -> (B, N, E_out)."""
+        rows = x.reshape(-1, x.shape[-1])  # (B*N, E_in)
+        y = np.empty((rows.shape[0], w.shape[1]), np.result_type(x, w))  # (B*N, E_out)
+        step = max(64, -(-rows.shape[0] // self.num_threads))
+
+        def part(r0: int) -> None:
+            np.matmul(rows[r0:r0 + step], w, out=y[r0:r0 + step])
+            if b is not None:
+                y[r0:r0 + step] += b
+
+        self._map(part, list(range(0, rows.shape[0], step)))
+        return y.reshape(*x.shape[:-1], w.shape[1])
+
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: Optional[TileMask],
                scale: float, need_weights: bool) -> Tuple[np.ndarray, None]:
-        """q (B, H, L, D), k/v (B, H, S, D), ``bias`` a TileMask -> (heads (B, H, L, D), None)."""
+        """q (B, H, L, D), k/v (B, K, S, D) with K dividing H (query head h reads kv head
+        h // (H // K)), ``bias`` a TileMask -> (heads (B, H, L, D) over a (B, L, H, D)
+        buffer, None)."""
         B, H, L, D = q.shape
-        S = k.shape[2]
+        K, S = k.shape[1], k.shape[2]
+        if H % K:
+            raise ValueError(f"k: expected a number of kv heads dividing H={H}, got {K}")
         mask = bias if bias is not None else TileMask(np.full(B, S, dtype=np.int64))
         t = _compute_dtype(q.dtype)
         # Augmented operands, so the matmuls also do the row-offset subtraction and row sum:
         # [q*scale, -m] @ [k, 1]^T = q.k*scale - m, and p @ [v, 1] = [p @ v, sum(p)].
-        qs = np.empty((B, H, L, D), t)  # (B, H, L, D)
-        np.multiply(q, t(scale), out=qs, casting="same_kind")  # scale folded into q once
-        ka = np.empty((B, H, S, D + 1), t)  # (B, H, S, D+1); BLAS reads it transposed
-        np.copyto(ka[..., :D], k, casting="same_kind")
-        ka[..., D] = 1
-        va = np.empty((B, H, S, D + 1), t)  # (B, H, S, D+1)
-        np.copyto(va[..., :D], v, casting="same_kind")
-        va[..., D] = 1
-        out = np.empty((B, H, L, D), t)  # (B, H, L, D)
-        units = self._units(B, H, L, mask)
+        ka = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1); BLAS reads it transposed
+        va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
+        out = np.empty((B, L, H, D), t).transpose(0, 2, 1, 3)  # (B, H, L, D) view
+
+        def stage(bh: Tuple[int, int]) -> None:  # the copies run on the workers too
+            b, h = bh
+            np.copyto(ka[b, h, :, :D], k[b, h], casting="same_kind")
+            ka[b, h, :, D] = 1
+            np.copyto(va[b, h, :, :D], v[b, h], casting="same_kind")
+            va[b, h, :, D] = 1
+
         with self._one_blas_thread():
-            if len(units) > 1 and self.num_threads > 1:
-                pool = self._executor()
-                list(pool.map(lambda u: self._unit(u, qs, ka, va, out, mask), units))
-            else:
-                for u in units:
-                    self._unit(u, qs, ka, va, out, mask)
+            self._map(stage, [(b, h) for b in range(B) for h in range(K)])
+            self._map(lambda u: self._unit(u, q, t(scale), ka, va, out, mask, H // K),
+                      self._units(B, H, L, H // K, mask))
         return out.astype(q.dtype, copy=False), None
 
-    def _units(self, B: int, H: int, L: int, mask: TileMask) -> List[Tuple[int, int, int, int]]:
-        """(b, h0, h1, i0) work units, heaviest first so the pool ends evenly."""
+    def _map(self, fn, items: List[Any]) -> None:
+        """fn over items on the worker pool (in this thread when one worker suffices)."""
+        if len(items) > 1 and self.num_threads > 1:
+            list(self._executor().map(fn, items))
+        else:
+            for item in items:
+                fn(item)
+
+    def _units(self, B: int, H: int, L: int, G: int,
+               mask: TileMask) -> List[Tuple[int, int, int, int]]:
+        """(b, h0, h1, i0) work units, heaviest first so the pool ends evenly.
+
+        With GQA (G query heads per kv head) a head group stays inside one kv head, so
+        its kv tile is one array broadcast over the group.
+        """
         hc = max(1, min(H, self.heads_per_unit))
+        if G > 1:
+            hc = max(c for c in range(1, min(hc, G) + 1) if G % c == 0)
         units = [(b, h0, min(h0 + hc, H), i0) for b in range(B) for h0 in range(0, H, hc)
                  for i0 in range(0, L, self.block_q)]
         if mask.causal_offset is not None:
             units.sort(key=lambda u: -u[3])  # causal: later query tiles see more keys
         return units
 
-    def _unit(self, unit: Tuple[int, int, int, int], qs: np.ndarray, ka: np.ndarray,
-              va: np.ndarray, out: np.ndarray, mask: TileMask) -> None:
+    def _unit(self, unit: Tuple[int, int, int, int], q: np.ndarray, scale: Any,
+              ka: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
+              G: int) -> None:
         """One query tile of one head group: a single pass over its visible key tiles.
 
         The running row max m is kept lazily: a tile is first exponentiated against the
@@ -181,17 +234,18 @@ class NumpyFlashMHA(NumpyCore):
         [LO, HI] (a logit far above m, or no mass yet) is the tile redone the standard way.
         """
         b, h0, h1, i0 = unit
-        L, D = qs.shape[2], qs.shape[3]
+        L, D = q.shape[2], q.shape[3]
         i1 = min(i0 + self.block_q, L)
         hc, tq = h1 - h0, i1 - i0
-        buf = self._buffers(hc, D, qs.dtype)
+        buf = self._buffers(hc, D, out.dtype)
         qa = buf.q[:hc, :tq]  # (h, Tq, D+1): [q*scale, -m]
         acc, pv = buf.acc[:hc, :tq], buf.pv[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
         row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tq, 1) views
         shift, alpha = buf.shift[:hc, :tq], buf.alpha[:hc, :tq]  # (h, Tq, 1)
-        qa[..., :D] = qs[b, h0:h1, i0:i1]
+        np.multiply(q[b, h0:h1, i0:i1], scale, out=qa[..., :D], casting="same_kind")
         qa[..., D] = 0  # m = 0 until a row's first visible tile sets it
         acc.fill(0)
+        kv = slice(h0, h1) if G == 1 else slice(h0 // G, h0 // G + 1)  # broadcast over GQA
         key_end = self._key_end(mask, b, i0, i1)
         for j0 in range(0, key_end, self.block_k):
             j1 = min(j0 + self.block_k, key_end)
@@ -199,15 +253,16 @@ class NumpyFlashMHA(NumpyCore):
             if forbid is False:
                 continue  # the whole tile is masked: skip its matmuls
             s = buf.scores[:hc, :tq, : j1 - j0]  # (h, Tq, Tk)
-            v_tile = va[b, h0:h1, j0:j1]  # (h, Tk, D+1)
-            self._logits(s, qa, ka, mask, forbid, b, h0, h1, i0, i1, j0, j1)
-            np.exp(s, out=s)  # against the current m: no max/subtract/rescale pass
-            np.matmul(s, v_tile, out=pv)  # (h, Tq, D+1)
+            v_tile = va[b, kv, j0:j1]  # (h or 1, Tk, D+1)
+            self._logits(s, qa, ka[b, kv], mask, forbid, b, h0, h1, i0, i1, j0, j1)
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow: redone below
+                np.exp(s, out=s)  # against the current m: no max/subtract/rescale pass
+                np.matmul(s, v_tile, out=pv)  # (h, Tq, D+1)
             # Accept unless a row overflows past HI, or has no mass yet and underflows.
             if (tile_sum <= _HI).all() and not ((tile_sum < _LO) & (row_sum == 0)).any():
                 acc += pv
                 continue
-            self._logits(s, qa, ka, mask, forbid, b, h0, h1, i0, i1, j0, j1)
+            self._logits(s, qa, ka[b, kv], mask, forbid, b, h0, h1, i0, i1, j0, j1)
             # Standard online-softmax step: raise m to the tile's row max where it grew.
             np.max(s, axis=-1, keepdims=True, out=shift)
             grow = np.isfinite(shift) & ((shift > 0) | (row_sum == 0))
@@ -215,7 +270,8 @@ class NumpyFlashMHA(NumpyCore):
             s -= shift
             np.exp(s, out=s)  # softmax numerators in the compute dtype
             np.negative(shift, out=alpha)
-            np.exp(alpha, out=alpha)  # rescales the old sum and accumulator
+            with np.errstate(over="ignore"):  # inf only where row_sum == 0, replaced next
+                np.exp(alpha, out=alpha)  # rescales the old sum and accumulator
             np.copyto(alpha, 1, where=row_sum == 0)  # nothing to rescale (and no 0*inf)
             np.matmul(s, v_tile, out=pv)  # (h, Tq, D+1)
             acc *= alpha
@@ -228,8 +284,8 @@ class NumpyFlashMHA(NumpyCore):
     @staticmethod
     def _logits(s: np.ndarray, qa: np.ndarray, ka: np.ndarray, mask: TileMask, forbid: Any,
                 b: int, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> None:
-        """s = q.k*scale - m (+ bias), masked entries exactly -inf."""
-        np.matmul(qa, ka[b, h0:h1, j0:j1].transpose(0, 2, 1), out=s)  # (h, Tq, Tk)
+        """s = q.k*scale - m (+ bias), masked entries exactly -inf; ka (h or 1, S, D+1)."""
+        np.matmul(qa, ka[:, j0:j1].transpose(0, 2, 1), out=s)  # (h, Tq, Tk)
         if mask.bias is not None:
             s += mask.bias[b, h0:h1, i0:i1, j0:j1]
         if forbid is not None:
