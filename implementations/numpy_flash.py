@@ -33,7 +33,7 @@ from suite.problem import Problem
 # float32 score tile per worker stays in L2 across the softmax passes.
 BLOCK_Q = 512
 BLOCK_K = 256
-HEADS_PER_UNIT = 2
+HEADS_PER_UNIT = 4
 # Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
 # in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
 _HI = 2.0**32
@@ -85,7 +85,6 @@ class _Buffers:
         self.shape = (hc, bq, bk, d, np.dtype(dtype))
         self.q = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
         self.scores = np.empty((hc, bq, bk), dtype)  # (h, Tq, Tk)
-        self.forbid = np.empty((hc, bq, bk), bool)  # (h, Tq, Tk)
         self.acc = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
         self.pv = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
         self.shift = np.empty((hc, bq, 1), dtype)  # (h, Tq, 1)
@@ -209,8 +208,8 @@ class NumpyFlashMHA(NumpyCore):
                 fn(item)
 
     def _units(self, B: int, H: int, L: int, G: int,
-               mask: TileMask) -> List[Tuple[int, int, int, int]]:
-        """(b, h0, h1, i0) work units, heaviest first so the pool ends evenly.
+               mask: TileMask) -> List[Tuple[int, int, int, int, int]]:
+        """(b, h0, h1, i0, i1) work units, heaviest first so the pool ends evenly.
 
         With GQA (G query heads per kv head) a head group stays inside one kv head, so
         its kv tile is one array broadcast over the group.
@@ -218,13 +217,16 @@ class NumpyFlashMHA(NumpyCore):
         hc = max(1, min(H, self.heads_per_unit))
         if G > 1:
             hc = max(c for c in range(1, min(hc, G) + 1) if G % c == 0)
-        units = [(b, h0, min(h0 + hc, H), i0) for b in range(B) for h0 in range(0, H, hc)
-                 for i0 in range(0, L, self.block_q)]
+        bq = self.block_q
+        if mask.causal_offset is not None:
+            bq = min(bq, self.block_k)  # square diagonal tiles: fewer masked entries computed
+        units = [(b, h0, min(h0 + hc, H), i0, min(i0 + bq, L)) for b in range(B)
+                 for h0 in range(0, H, hc) for i0 in range(0, L, bq)]
         if mask.causal_offset is not None:
             units.sort(key=lambda u: -u[3])  # causal: later query tiles see more keys
         return units
 
-    def _unit(self, unit: Tuple[int, int, int, int], q: np.ndarray, scale: Any,
+    def _unit(self, unit: Tuple[int, int, int, int, int], q: np.ndarray, scale: Any,
               ka: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
               G: int) -> None:
         """One query tile of one head group: a single pass over its visible key tiles.
@@ -233,9 +235,8 @@ class NumpyFlashMHA(NumpyCore):
         current m (no max, subtract or rescale passes); only when a row's tile sum leaves
         [LO, HI] (a logit far above m, or no mass yet) is the tile redone the standard way.
         """
-        b, h0, h1, i0 = unit
-        L, D = q.shape[2], q.shape[3]
-        i1 = min(i0 + self.block_q, L)
+        b, h0, h1, i0, i1 = unit
+        D = q.shape[3]
         hc, tq = h1 - h0, i1 - i0
         buf = self._buffers(hc, D, out.dtype)
         qa = buf.q[:hc, :tq]  # (h, Tq, D+1): [q*scale, -m]
@@ -249,7 +250,7 @@ class NumpyFlashMHA(NumpyCore):
         key_end = self._key_end(mask, b, i0, i1)
         for j0 in range(0, key_end, self.block_k):
             j1 = min(j0 + self.block_k, key_end)
-            forbid = self._forbidden(mask, buf, b, h0, h1, i0, i1, j0, j1)
+            forbid = self._forbidden(mask, b, h0, h1, i0, i1, j0, j1)
             if forbid is False:
                 continue  # the whole tile is masked: skip its matmuls
             s = buf.scores[:hc, :tq, : j1 - j0]  # (h, Tq, Tk)
@@ -301,34 +302,31 @@ class NumpyFlashMHA(NumpyCore):
             end = min(end, i1 - 1 + mask.causal_offset + 1)
         return max(end, 0)
 
-    def _forbidden(self, mask: TileMask, buf: _Buffers, b: int, h0: int, h1: int, i0: int,
-                   i1: int, j0: int, j1: int):
-        """The tile's masked entries: None (none masked), False (all masked) or a bool array."""
-        parts = []
+    def _forbidden(self, mask: TileMask, b: int, h0: int, h1: int, i0: int, i1: int, j0: int,
+                   j1: int):
+        """The tile's masked entries: None (none masked), False (all masked) or a bool array
+        broadcastable to (h, Tq, Tk) (head-free parts stay (Tq, Tk))."""
+        forbid = None
         keys = np.arange(j0, j1)  # (Tk,)
         if mask.row_lens is not None:
             lens = mask.row_lens[b, i0:i1]  # (Tq,)
             if j0 >= lens.max():
                 return False
             if j1 > lens.min():
-                parts.append(keys[None, :] >= lens[:, None])  # (Tq, Tk)
+                forbid = keys[None, :] >= lens[:, None]  # (Tq, Tk)
         if mask.causal_offset is not None:
             last = np.arange(i0, i1) + mask.causal_offset  # (Tq,) last visible key per row
             if j0 > last[-1]:
                 return False
             if j1 - 1 > last[0]:
-                parts.append(keys[None, :] > last[:, None])  # (Tq, Tk)
+                part = keys[None, :] > last[:, None]  # (Tq, Tk)
+                forbid = part if forbid is None else np.logical_or(forbid, part, out=forbid)
         if mask.allowed is not None:
-            allowed = mask.allowed[b, h0:h1, i0:i1, j0:j1]  # (h, Tq, Tk) view
+            heads = slice(h0, h1) if mask.allowed.strides[1] else slice(h0, h0 + 1)
+            allowed = mask.allowed[b, heads, i0:i1, j0:j1]  # (h or 1, Tq, Tk) view
             if not allowed.any():
                 return False
-            parts.append(~allowed)
-        if not parts:
-            return None
-        forbid = buf.forbid[: h1 - h0, : i1 - i0, : j1 - j0]  # (h, Tq, Tk)
-        np.copyto(forbid, parts[0])
-        for part in parts[1:]:
-            forbid |= part
+            forbid = ~allowed if forbid is None else np.logical_or(forbid, ~allowed)
         return forbid
 
     # --- workers ------------------------------------------------------------------------------
