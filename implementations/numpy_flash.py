@@ -10,9 +10,15 @@ The mask stays in its canonical parts (``TileMask``); each tile's part is built
 on the fly from valid_lens, the causal offset and tile-sized slices of the
 user's broadcastable ``allowed`` / ``bias`` arrays.
 
-Work units (batch item, head group, query tile) run on a small thread pool with
-BLAS held to one thread, so the softmax's elementwise passes, which NumPy runs
-on one core, are spread over the cores as well as the matmuls.
+Two matmuls per tile do nearly all the work: q is augmented with a -m column and
+k and v with a ones column, so ``[q, -m] @ [k, 1]^T`` subtracts the row max and
+``p @ [v, 1]`` also sums the row. The row max is kept lazily (a tile is kept unless
+its sums leave a safe range, then redone the standard way), so a tile costs two
+matmuls and one exp pass.
+
+Work units (batch item, head group, query tile) and the projections run on a
+small thread pool with BLAS held to one thread, so the exp passes, which NumPy
+runs on one core, are spread over the cores as well as the matmuls.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import numpy as np
 from implementations.numpy_mha import NP_DTYPES, NumpyCore
 from suite.problem import Problem
 
-# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core): a (heads, 256, 512)
-# float32 score tile per worker stays in L2 across the softmax passes.
+# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core) among query tiles
+# 128-512, key tiles 128-512 and 1-8 heads per unit, at L = 1024-4096: a worker's
+# (4, 512, 256) float32 score tile is 2 MiB. Causal attention uses square 256 tiles.
 BLOCK_Q = 512
 BLOCK_K = 256
 HEADS_PER_UNIT = 4
@@ -94,9 +101,9 @@ class _Buffers:
 class NumpyFlashMHA(NumpyCore):
     """FlashAttention's tiled online softmax in NumPy: O(L) memory, masked tiles skipped.
 
-    ``block_q`` / ``block_k`` are the query / key tile lengths, ``num_threads`` the
-    worker count (default: the CPU count); all three may be set per instance (tests
-    use small tiles).
+    ``block_q`` / ``block_k`` are the query / key tile lengths, ``heads_per_unit`` the
+    heads one batched matmul covers, ``num_threads`` the worker count (default: the
+    CPU count); all may be set per instance (tests use small tiles).
     """
 
     name = "numpy.flash"
