@@ -1,0 +1,200 @@
+"""The PyTorch adapter: device and dtype handling, projections, mask translation, gradients.
+
+A torch kernel that only computes attention subclasses ``TorchCore`` and writes
+``attend``; the adapter does the rest::
+
+    from implementations.torch_common import TorchCore
+
+    class MyKernel(TorchCore):
+        name = "mine.torch"
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            # q (B, H, L, D); k, v (B, H, S, D) (kv heads already repeated for GQA);
+            # mask.bias: float (B, H|1, L, S) with -inf where masked, or None.
+            s = q @ k.transpose(-1, -2) * scale
+            if mask.bias is not None:
+                s = s + mask.bias
+            return torch.softmax(s, -1).nan_to_num(0.0) @ v, None
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from suite.plugin import Implementation, Result
+from suite.problem import GRAD_NAMES, Problem, cotangent
+
+TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
+                "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclasses.dataclass
+class TorchMask:
+    """The canonical mask on the device, in the forms kernels take.
+
+    allowed: bool (B, H|1, L, S), True = may attend, or None when nothing is masked;
+    bias: float (B, H|1, L, S), the additive bias with -inf where not allowed, or None;
+    causal_only: True when the whole mask is top-left causal (``is_causal`` suffices);
+    dead_keys: bool (B, H|1, S, 1), keys no query may attend (their values are zeroed).
+    """
+
+    allowed: Optional[torch.Tensor]
+    bias: Optional[torch.Tensor]
+    causal_only: bool
+    dead_keys: Optional[torch.Tensor]
+
+
+def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> TorchMask:
+    m = p.mask
+    if m.is_empty():
+        return TorchMask(None, None, False, None)
+    heads = 1 if all(a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1
+                     for a in (m.allowed, m.bias)) else p.H
+    allowed_np = m.dense_allowed(p.B, heads, p.L, p.S)  # (B, H|1, L, S)
+    bias_np = m.dense_bias(p.B, heads, p.L, p.S)  # -inf where not allowed
+    allowed = torch.as_tensor(allowed_np, device=device)
+    bias = torch.as_tensor(bias_np, device=device, dtype=dtype)
+    dead = torch.as_tensor(~allowed_np.any(axis=2)[..., None], device=device)  # (B, H|1, S, 1)
+    causal_only = m.kinds == {"causal"}
+    return TorchMask(allowed, bias, causal_only, dead if bool(dead.any()) else None)
+
+
+class TorchCore(Implementation):
+    """Projections and heads in torch; subclasses supply ``attend``."""
+
+    framework = "torch"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
+                          "cross", "gqa", "scale", "grad"})
+    # Whether ``attend`` wants k/v repeated to H heads (False: it takes K kv heads itself).
+    repeat_kv = True
+
+    def framework_version(self) -> str:
+        return torch.__version__
+
+    def devices(self) -> List[str]:
+        cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] \
+            if torch.cuda.is_available() else []
+        return ["cpu", *cuda]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        if device.startswith("cuda"):
+            return ("float32", "float16", "bfloat16")
+        return ("float64", "float32", "float16", "bfloat16")
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: TorchMask,
+               scale: float, need_weights: bool):
+        """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
+        raise NotImplementedError
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if dtype not in TORCH_DTYPES:
+            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        dev, t = torch.device(device), TORCH_DTYPES[dtype]
+        p = problem
+
+        def put(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
+            if a is None:
+                return None
+            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
+            return x.requires_grad_(True) if grad else x
+
+        tensors = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
+        tensors.update({k: put(v) for k, v in p.weights.as_dict().items()})
+        state = {"p": p, "device": dev, "tensors": tensors, "need_weights": need_weights,
+                 "grad": grad, "mask": translate_mask(p, dev, t),
+                 "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
+                 "compile_s": None}
+        self.after_prepare(state)
+        return state
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        """Hook for compiling plugins: warm up here, untimed, and set state['compile_s']."""
+
+    def forward(self, state: Dict[str, Any]):
+        p, x = state["p"], state["tensors"]
+        B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+
+        def proj(inp, w, b):
+            return inp @ w if b is None else torch.addmm(b, inp.reshape(-1, inp.shape[-1]), w
+                                                          ).reshape(*inp.shape[:-1], -1)
+
+        q = proj(x["query"], x["w_q"], x["b_q"]).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
+        k = proj(x["key"], x["w_k"], x["b_k"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
+        v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
+        if self.repeat_kv and K != H:  # query head h reads kv head h // (H // K)
+            k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+            v = v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+        heads, weights = self.attend(q, k, v, state["mask"], p.effective_scale,
+                                     state["need_weights"])
+        concat = heads.transpose(1, 2).reshape(B, L, H * D)  # (B, L, H*D)
+        return proj(concat, x["w_o"], x["b_o"]), weights  # (B, L, E)
+
+    def run(self, state: Dict[str, Any]):
+        if not state["grad"]:
+            with torch.inference_mode():
+                return self.forward(state)
+        for t in state["tensors"].values():
+            if t is not None:
+                t.grad = None
+        out, weights = self.forward(state)
+        out.backward(state["cotangent"])
+        return out.detach(), weights
+
+    def synchronize(self, state: Dict[str, Any]) -> None:
+        if state["device"].type == "cuda":
+            torch.cuda.synchronize(state["device"])
+
+    def fetch(self, state: Dict[str, Any], handle) -> Result:
+        out, weights = handle
+        grads = None
+        if state["grad"]:
+            grads = {n: _np(t.grad) for n, t in state["tensors"].items()
+                     if n in GRAD_NAMES and t is not None and t.grad is not None}
+        return Result(_np(out), None if weights is None else _np(weights), grads)
+
+
+def zero_dead_values(v: torch.Tensor, mask: TorchMask) -> torch.Tensor:
+    """Zero value rows no query may attend (padding may hold NaN, and 0 * NaN is NaN).
+
+    v (B, K, S, D) may have fewer heads than the mask (GQA): a kv head's key is dead
+    only when it is dead for every query head that reads it.
+    """
+    dead = mask.dead_keys  # (B, H|1, S, 1)
+    if dead is None:
+        return v
+    if dead.shape[1] not in (1, v.shape[1]):
+        B, H, S, _ = dead.shape
+        dead = dead.view(B, v.shape[1], H // v.shape[1], S, 1).all(dim=2)  # (B, K, S, 1)
+    return v.masked_fill(dead, 0.0)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def timed_compile(fn, *args) -> float:
+    """Seconds a first (compiling) call takes."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis; a row with no finite score gives zeros, not NaN."""
+    top = scores.amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    e = torch.exp(scores - top)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))

@@ -1,0 +1,19 @@
+"""torch.eager: the plain algorithm in torch ops (matmul, masked softmax, matmul)."""
+
+from __future__ import annotations
+
+from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
+
+
+class TorchEager(TorchCore):
+    name = "torch.eager"
+    features = TorchCore.features | {"weights"}
+
+    def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
+        scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, L, S)
+        if mask.bias is not None:
+            # Masked scores are exactly -inf, even where padded keys hold NaN.
+            scores = (scores + mask.bias).masked_fill(~mask.allowed, float("-inf"))
+        weights = masked_softmax(scores)  # fully masked row -> zeros (spec)
+        v = zero_dead_values(v, mask)
+        return weights @ v, (weights if need_weights else None)  # (B, H, L, D)
