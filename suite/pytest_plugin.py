@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hypothesis-examples", type=int, default=25, metavar="N",
                     help="examples per implementation for the property-based shapes family "
                          "(default 25, derandomised; raise for longer searches)")
+    group.addoption("--known-failures", action="append", default=[], metavar="FILE",
+                    help="more known-failure lists (test id glob # reason, one a line)")
     group.addoption("--conformance-json", default=None, metavar="PATH",
                     help="write conformance outcomes (err, baseline err, ratio) to PATH")
 

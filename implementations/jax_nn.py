@@ -1,0 +1,83 @@
+"""jax.nn: ``jax.nn.dot_product_attention`` (layout (B, T, N, H)), and its cudnn variant.
+
+The canonical mask goes in as its ``mask`` (True = attend, like ours) plus ``bias``;
+top-left causal alone uses ``is_causal``. GQA is native: it takes K kv heads.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from implementations.jax_common import JaxCore, gpu_count, zero_dead_values
+
+
+class JaxNN(JaxCore):
+    name = "jax.nn"
+    repeat_kv = False
+    implementation = None  # let jax choose ("xla" on CPU)
+    deviations = {
+        "fully_masked_rows": "a query row with no key to attend gives the mean of the values "
+                             "(uniform weights), not a zero head output "
+                             f"(measured, jax {jax.__version__})",
+    }
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return [t for t in super().dtypes(device) if _usable(device, t, self.implementation)]
+
+    def attend(self, q, k, v, mask, scale):
+        q, k = q.swapaxes(1, 2), k.swapaxes(1, 2)  # (B, L, H, D), (B, S, K, D)
+        v = zero_dead_values(v, mask["dead"]).swapaxes(1, 2)  # (B, S, K, D)
+        kw = {"scale": scale, "implementation": self.implementation}
+        if mask["kinds"] == {"causal"}:
+            kw["is_causal"] = True
+        elif mask["bias"] is not None:
+            kw["mask"] = mask["allowed"]
+            kw["bias"] = jnp.where(mask["allowed"], mask["bias"], 0).astype(q.dtype)
+        out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, L, H, D)
+        return out.swapaxes(1, 2)  # (B, H, L, D)
+
+
+class JaxNNCudnn(JaxNN):
+    name = "jax.nn[cudnn]"
+    implementation = "cudnn"
+    features = JaxNN.features - {"bool_mask", "valid_lens", "causal_bottom_right", "grad"}
+
+    def devices(self) -> List[str]:
+        return [f"cuda:{i}" for i in range(gpu_count())]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return ("float16", "bfloat16")
+
+
+@functools.cache
+def _usable(device: str, dtype: str, implementation) -> bool:
+    """Whether a tiny call runs in this dtype (float16 does not on the CPU: XLA has no
+    F16_F16_F32 dot there, measured with jax 0.10)."""
+    from implementations.jax_common import JAX_DTYPES, jax_device
+
+    try:
+        q = jax.device_put(jnp.zeros((2, 5, 2, 4), JAX_DTYPES[dtype]), jax_device(device))
+        call = jax.jit(lambda x: jax.nn.dot_product_attention(x, x, x,
+                                                              implementation=implementation))
+        jax.block_until_ready(call(q))  # under jit, as the plugin runs it
+        return True
+    except Exception:  # any failure means: not usable in this dtype here
+        return False
+
+
+def backend_variants() -> List[type]:
+    """jax.nn[cudnn] where a GPU and a probe call work; nothing on CPU."""
+    if not gpu_count():
+        return []
+    try:
+        q = jnp.zeros((1, 8, 2, 64), jnp.float16, device=jax.devices("gpu")[0])
+        jax.block_until_ready(jax.nn.dot_product_attention(q, q, q, implementation="cudnn"))
+    except Exception:  # cudnn absent or too old: the variant is simply not registered
+        return []
+    return [JaxNNCudnn]
+
+
