@@ -30,6 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default 25, derandomised; raise for longer searches)")
     group.addoption("--known-failures", action="append", default=[], metavar="FILE",
                     help="more known-failure lists (test id glob # reason, one a line)")
+    group.addoption("--sweep-spec", default=None, metavar="PATH",
+                    help="the sweep grid and output (JSON written by mha-suite sweep)")
     group.addoption("--conformance-json", default=None, metavar="PATH",
                     help="write conformance outcomes (err, baseline err, ratio) to PATH")
 

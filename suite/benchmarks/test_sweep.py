@@ -1,0 +1,99 @@
+"""The sweep: one pytest-benchmark point per (implementation, device, grid point)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+from suite import timing
+from suite.benchmarks.conftest import STATE, _spec, note, record_not_measured
+from suite.problem import Mask, make_problem
+
+MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
+
+
+def _problem(point: Dict[str, Any], H: int, K: int):
+    B, L, D = point["batch"], point["length"], point["head_dim"]
+    mask = {"none": Mask(), "causal": Mask(causal=True),
+            # padding: a quarter of the keys padded out in every other batch item
+            "padding": Mask(valid_lens=np.array([L if b % 2 == 0 else max(1, 3 * L // 4)
+                                                 for b in range(B)]))}[point["mask"]]
+    return make_problem(0, B, L, L, H * D, H, K, mask=mask)
+
+
+def _oom(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
+        or "out of memory" in text.lower()
+
+
+def test_point(benchmark, sweep_point, request):
+    entry, device, point = sweep_point
+    config = request.config
+    state = config.stash[STATE]
+    impl = entry.impl
+    H = point["H"]
+    K = point["kv_heads"] or H
+    B, L, D, dtype = point["batch"], point["length"], point["head_dim"], point["dtype"]
+    causal = point["mask"] == "causal"
+    extra: Dict[str, Any] = {
+        "impl": entry.name, "framework": impl.framework,
+        "framework_version": impl.framework_version(), "device": device, "dtype": dtype,
+        "B": B, "H": H, "H_kv": K, "Lq": L, "Lk": L, "E": H * D, "D": D,
+        "mask": point["mask"], "grad": bool(point["grad"]),
+        **timing.flops(B, H, K, L, L, H * D, D, causal, bool(point["grad"]))}
+    if timing.point_key(extra) in state["done"]:
+        pytest.skip("resumed: already measured")
+    needs = {MASK_FEATURE[point["mask"]], "gqa" if K != H else None,
+             "grad" if point["grad"] else None} - {None}
+    missing = sorted(needs - set(impl.features))
+    if dtype not in impl.dtypes(device):
+        missing.append(f"dtype {dtype}")
+    if missing:
+        record_not_measured(config, extra, "unsupported", f"needs {', '.join(missing)}")
+        pytest.skip(f"unsupported: needs {', '.join(missing)}")
+    model = getattr(impl, "memory_model", "quadratic")
+    need = timing.predicted_bytes(B, H, K, L, L, H * D, D, dtype, model, bool(point["grad"]))
+    budget_gb = _spec(config).get("memory_budget_gb")
+    free = timing.available_bytes(device)
+    budget = budget_gb * 2**30 if budget_gb else (free * 0.5 if free else None)
+    if budget is not None and need > budget:
+        reason = f"predicted {need / 2**30:.1f} GiB > budget {budget / 2**30:.1f} GiB"
+        record_not_measured(config, extra, "skipped", reason)
+        pytest.skip(reason)
+    p = _problem(point, H, K)
+    try:
+        start = time.perf_counter()
+        st = impl.prepare(p, device, dtype, grad=bool(point["grad"]))
+        prepare_s = time.perf_counter() - start
+        compile_s = st.get("compile_s") if isinstance(st, dict) else getattr(st, "compile_s", None)
+        with timing.peak_memory(impl.framework, device) as mem:  # untimed, also a warm-up
+            impl.run(st)
+            impl.synchronize(st)
+    except Exception as exc:  # recorded for this point; the sweep goes on
+        status = "oom" if _oom(exc) else "error"
+        record_not_measured(config, extra, status, f"{type(exc).__name__}: {exc}"[:500])
+        note(config, f"{status}: {request.node.callspec.id}: {type(exc).__name__}: {exc}"[:300])
+        pytest.skip(f"{status}: {exc}")
+    extra.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
+                 compile_s=compile_s, prepare_s=prepare_s, status="ok", reason=None)
+    benchmark.extra_info.update(extra)
+
+    def timed():
+        impl.run(st)
+        impl.synchronize(st)  # the device barrier is inside the timed region
+
+    try:
+        benchmark(timed)
+    except Exception as exc:
+        status = "oom" if _oom(exc) else "error"
+        record_not_measured(config, extra, status, f"{type(exc).__name__}: {exc}"[:500])
+        pytest.skip(f"{status}: {exc}")
+    median = benchmark.stats.stats.median
+    benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
+    config.stash[STATE]["count"] += 1
+    note(config, f"{entry.name:<18} {device:<6} {dtype:<8} L={L:<6} H={H:<3} {point['mask']:<7} "
+                 f"median {median * 1e3:9.3f} ms  {extra['flops'] / median / 1e9:8.1f} GFLOP/s")

@@ -1,0 +1,160 @@
+"""Sweeps: named presets declared as data, command-line overrides, and ``mha-suite sweep``.
+
+A sweep is a pytest-benchmark run of ``suite.benchmarks`` over a grid. A preset
+is a list of blocks; each block is the cross product of its axes, so a preset can
+vary length at a fixed head count in one block and heads at a fixed length in
+another without paying for the whole cross product.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+AXES = ("lengths", "heads", "kv_heads", "batch", "head_dim", "dtype", "mask", "device", "grad")
+
+# Per preset: blocks of axes, plus timing options for pytest-benchmark.
+PRESETS: Dict[str, Dict[str, Any]] = {
+    "ci": {  # seconds: a smoke test of every available implementation
+        "blocks": [{"lengths": [64, 128, 256], "heads": [1, 4], "mask": ["none", "causal"]}],
+        "defaults": {"batch": [1], "head_dim": [32], "dtype": ["float32"], "device": ["cpu"]},
+        "timing": {"max_time": 0.05, "min_rounds": 3, "warmup_iterations": 1},
+    },
+    "default": {  # minutes on a 2-core CPU: length scaling at H=8, head scaling at L=1024
+        "blocks": [{"lengths": [128, 256, 512, 1024, 2048, 4096], "heads": [8],
+                    "mask": ["none", "causal"]},
+                   {"lengths": [1024], "heads": [1, 2, 4, 16], "mask": ["none", "causal"]}],
+        "defaults": {"batch": [1], "head_dim": [64], "dtype": ["float32"], "device": ["cpu"]},
+        "timing": {"max_time": 0.3, "min_rounds": 3, "warmup_iterations": 1},
+    },
+    "gpu": {  # large: every SDPA backend, half precision, up to 32k tokens
+        "blocks": [{"lengths": [1024, 2048, 4096, 8192, 16384, 32768], "heads": [16],
+                    "mask": ["none", "causal"]},
+                   {"lengths": [4096], "heads": [1, 4, 8, 32], "mask": ["none", "causal"]}],
+        "defaults": {"batch": [1], "head_dim": [64, 128], "dtype": ["float16", "bfloat16"],
+                     "device": ["cuda"]},
+        "timing": {"max_time": 0.5, "min_rounds": 5, "warmup_iterations": 3},
+    },
+}
+
+
+def _ints(text: str) -> List[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _words(text: str) -> List[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                   help="grid and timing preset (ci: seconds; default: minutes; gpu: large)")
+    p.add_argument("--impl", action="append", default=[], metavar="GLOB",
+                   help="implementation name or glob (repeatable; default all available)")
+    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
+                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
+    p.add_argument("--lengths", type=_ints, help="sequence lengths, e.g. 128,256 (Lq = Lk)")
+    p.add_argument("--heads", type=_ints, help="head counts, e.g. 1,8")
+    p.add_argument("--kv-heads", dest="kv_heads", type=_ints,
+                   help="kv head counts (GQA); default = heads")
+    p.add_argument("--batch", type=_ints, help="batch sizes")
+    p.add_argument("--head-dim", dest="head_dim", type=_ints, help="head widths D (E = H*D)")
+    p.add_argument("--dtype", type=_words, help="dtypes, e.g. float32,bfloat16")
+    p.add_argument("--mask", type=_words, help="masks: none, causal, padding")
+    p.add_argument("--device", type=_words, action="extend",
+                   help="device prefixes, e.g. cpu or cuda (default: the preset's)")
+    p.add_argument("--grad", action="store_true", help="time forward + backward")
+    p.add_argument("--out", default="mha-results", help="results directory")
+    p.add_argument("--name", default=None, help="results file stem (default sweep-<preset>)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the points already in the results file; run only the missing ones")
+    p.add_argument("--memory-budget", dest="memory_budget", type=float, default=None,
+                   metavar="GB", help="skip points predicted to need more (default 50%% of free)")
+    p.add_argument("--threads", type=int, default=None, help="BLAS/torch threads (default: cores)")
+    p.add_argument("--max-time", dest="max_time", type=float, default=None,
+                   help="pytest-benchmark max seconds per point")
+    p.add_argument("--min-rounds", dest="min_rounds", type=int, default=None)
+    p.add_argument("--stop-after", dest="stop_after", type=int, default=None,
+                   help=argparse.SUPPRESS)  # tests: stop as if interrupted after N points
+
+
+def grid(args: argparse.Namespace) -> Dict[str, Any]:
+    """The preset's points with the command line's overrides applied, as plain data."""
+    preset = PRESETS[args.preset]
+    overrides = {a: getattr(args, a, None) for a in AXES if getattr(args, a, None)}
+    if getattr(args, "grad", False):
+        overrides["grad"] = [True]
+    points = []
+    for block in preset["blocks"]:
+        axes = {"kv_heads": [None], "grad": [False], **preset["defaults"], **block, **overrides}
+        for values in itertools.product(*(axes[a] for a in AXES)):
+            point = dict(zip(AXES, values))
+            point["length"] = point.pop("lengths")
+            point["H"] = point.pop("heads")
+            if point["kv_heads"] is not None and point["H"] % point["kv_heads"]:
+                raise argparse.ArgumentTypeError(
+                    f"--kv-heads {point['kv_heads']} does not divide heads {point['H']}")
+            if point not in points:
+                points.append(point)
+    timing = dict(preset["timing"])
+    for k in ("max_time", "min_rounds"):
+        if getattr(args, k, None) is not None:
+            timing[k] = getattr(args, k)
+    return {"preset": args.preset, "points": points, "timing": timing}
+
+
+def results_path(args: argparse.Namespace) -> Path:
+    return Path(args.out) / f"{args.name or 'sweep-' + args.preset}.json"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep in this process; results are written after every point."""
+    import pytest
+
+    from suite import registry
+
+    try:
+        registry.build(plugins=args.plugin).select(args.impl or None, available_only=False)
+        spec = grid(args)
+    except (registry.PluginError, registry.UnknownImplementation) as exc:
+        print(f"mha-suite: error: {exc}", file=sys.stderr)
+        return 2
+    except argparse.ArgumentTypeError as exc:
+        print(f"mha-suite: error: {exc}", file=sys.stderr)
+        return 2
+    out = results_path(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not args.resume:
+        out.unlink()  # a fresh sweep; --resume keeps finished points
+    spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
+                memory_budget_gb=args.memory_budget, stop_after=args.stop_after)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    t = spec["timing"]
+    pytest_args = ["--pyargs", "suite.benchmarks", "-p", "no:cacheprovider",
+                   "-o", "addopts=", "-p", "no:terminal", "--capture=no", f"--sweep-spec={f.name}",
+                   "--benchmark-warmup=on",
+                   f"--benchmark-warmup-iterations={t['warmup_iterations']}",
+                   f"--benchmark-max-time={t['max_time']}",
+                   f"--benchmark-min-rounds={t['min_rounds']}", "--benchmark-disable-gc",
+                   "--benchmark-sort=name"]
+    for flag in ("impl", "plugin"):
+        for value in getattr(args, flag) or []:
+            pytest_args += [f"--{flag}", value]
+    try:
+        code = int(pytest.main(pytest_args))
+    finally:
+        os.unlink(f.name)
+    if out.exists():
+        print(f"sweep results: {out.resolve()}")
+    # 0 ok; 5 nothing to run (e.g. everything resumed); 2 interrupted (points kept).
+    return 0 if code in (0, 5) else code

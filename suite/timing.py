@@ -1,0 +1,229 @@
+"""Measurement helpers for sweeps: FLOPs, threads, matmul peak, peak memory, memory budget.
+
+Frameworks are imported inside the functions that need them, and only when
+already imported by a plugin (``sys.modules``), so nothing here pulls one in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from suite.environment import cpu_model, library_versions
+
+BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+# --- FLOPs ---------------------------------------------------------------------------------
+def flops(B: int, H: int, K: int, L: int, S: int, E: int, D: int, causal: bool,
+          grad: bool = False) -> Dict[str, float]:
+    """Forward FLOPs (x3.5 with the backward, which costs 2.5x the forward).
+
+    attention = 4·B·H·L·S·D (q·k and p·v, 2 FLOPs a multiply-add), halved when causal;
+    projections = 2·B·(L·E·H·D + 2·S·E·K·D + L·H·D·E).
+    """
+    attention = 4.0 * B * H * L * S * D * (0.5 if causal else 1.0)
+    projections = 2.0 * B * (L * E * H * D + 2 * S * E * K * D + L * H * D * E)
+    factor = 3.5 if grad else 1.0
+    return {"flops_attention": attention * factor, "flops_projections": projections * factor,
+            "flops": (attention + projections) * factor}
+
+
+# --- threads -------------------------------------------------------------------------------
+def pin_threads(n: Optional[int] = None) -> Dict[str, Any]:
+    """Fix BLAS/OpenMP threads (threadpoolctl) and torch's, and return what was set."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    n = n or os.cpu_count() or 1
+    threadpool_limits(limits=n)
+    info: Dict[str, Any] = {"requested": n, "blas": [
+        {k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer",
+                               "architecture")} for p in threadpool_info()]}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+        info["torch"] = torch.get_num_threads()
+    info["omp_env"] = os.environ.get("OMP_NUM_THREADS")
+    return info
+
+
+# --- machine facts -------------------------------------------------------------------------
+def gpus() -> List[Dict[str, Any]]:
+    torch = sys.modules.get("torch")
+    out: List[Dict[str, Any]] = []
+    if torch is not None and torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            prop = torch.cuda.get_device_properties(i)
+            out.append({"name": prop.name, "memory_bytes": int(prop.total_memory),
+                        "driver": getattr(torch.version, "cuda", None)})
+    return out
+
+
+def machine_facts() -> Dict[str, Any]:
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "gpus": gpus(),
+            "libraries": library_versions()}
+
+
+# --- matmul peak ---------------------------------------------------------------------------
+def _median_seconds(fn: Callable[[], Any], sync: Callable[[Any], Any], repeats: int = 5) -> float:
+    sync(fn())  # warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sync(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048) -> Optional[float]:
+    """Measured FLOP/s of an n x n x n matmul in ``framework`` (median of 5), or None."""
+    try:
+        if framework == "numpy":
+            if dtype not in ("float32", "float64", "float16"):
+                return None
+            a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
+            seconds = _median_seconds(lambda: a @ a, lambda x: x)
+        elif framework == "torch":
+            import torch
+
+            t = getattr(torch, dtype)
+            a = torch.randn(n, n, device=device).to(t)
+            sync = (lambda x: torch.cuda.synchronize(device)) if device.startswith("cuda") \
+                else (lambda x: x)
+            seconds = _median_seconds(lambda: a @ a, sync)
+        elif framework == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            from implementations.jax_common import jax_device
+
+            a = jax.device_put(jnp.ones((n, n), getattr(jnp, dtype)), jax_device(device))
+            mm = jax.jit(lambda x: x @ x)
+            seconds = _median_seconds(lambda: mm(a), jax.block_until_ready)
+        else:
+            return None
+    except Exception:  # a framework that cannot do this dtype here: no peak, not a crash
+        return None
+    return 2.0 * n ** 3 / seconds
+
+
+# --- peak memory ---------------------------------------------------------------------------
+def _status_kb(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Reset the process's peak RSS (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
+    """Measure the peak bytes allocated inside the block; fills {'peak_bytes', 'peak_method'}.
+
+    CUDA: the torch allocator's max_memory_allocated (or JAX's peak_bytes_in_use);
+    NumPy: tracemalloc (NumPy reports its buffers to it); torch/JAX on CPU: the rise of
+    the process's peak RSS (VmHWM, reset before), which counts every allocator.
+    """
+    result: Dict[str, Any] = {"peak_bytes": None, "peak_method": "not measured"}
+    torch = sys.modules.get("torch")
+    if device.startswith("cuda") and framework == "torch" and torch is not None:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        yield result
+        torch.cuda.synchronize(device)
+        result.update(peak_bytes=int(torch.cuda.max_memory_allocated(device) - base),
+                      peak_method="cuda_max_memory_allocated")
+        return
+    if device.startswith("cuda") and framework == "jax":
+        import jax
+
+        from implementations.jax_common import jax_device
+
+        stats = jax_device(device).memory_stats() or {}
+        base = stats.get("bytes_in_use", 0)
+        yield result
+        stats = jax_device(device).memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            result.update(peak_bytes=int(stats["peak_bytes_in_use"] - base),
+                          peak_method="jax_peak_bytes_in_use (not reset: upper bound)")
+        _ = jax
+        return
+    if framework == "numpy":
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        try:
+            yield result
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            if not tracing:
+                tracemalloc.stop()
+        result.update(peak_bytes=int(peak - base), peak_method="tracemalloc")
+        return
+    if _reset_hwm():
+        base = _status_kb("VmRSS")
+        yield result
+        hwm = _status_kb("VmHWM")
+        if base is not None and hwm is not None:
+            result.update(peak_bytes=max(0, (hwm - base) * 1024), peak_method="rss_hwm_delta")
+        return
+    yield result
+
+
+# --- memory budget -------------------------------------------------------------------------
+def available_bytes(device: str) -> Optional[int]:
+    if device.startswith("cuda"):
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            free, _ = torch.cuda.mem_get_info(device)
+            return int(free)
+        return None
+    kb = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    kb = int(line.split()[1])
+    except OSError:
+        return None
+    return None if kb is None else kb * 1024
+
+
+def predicted_bytes(B: int, H: int, K: int, L: int, S: int, E: int, D: int, dtype: str,
+                    memory_model: str = "quadratic", grad: bool = False) -> int:
+    """A generous estimate of the peak: inputs, projections, and the (B, H, L, S) scores
+    (three live copies: logits, exp, weights; x2 with the backward) unless linear."""
+    b = BYTES[dtype]
+    linear = b * (B * (L + 2 * S) * E * 3 + 4 * E * E + B * (L * H + 2 * S * K) * D * 3)
+    if memory_model == "linear":
+        return int(linear * (3 if grad else 1) + 64 * 2**20)
+    return int(linear + 3 * b * B * H * L * S * (2 if grad else 1))
+
+
+def point_key(extra: Dict[str, Any]) -> Tuple:
+    """Identity of a sweep point, for --resume."""
+    return tuple(extra.get(k) for k in ("impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk",
+                                        "D", "mask", "grad"))
