@@ -90,7 +90,8 @@ def record(request: pytest.FixtureRequest):
         if known and outcome.outcome in ("fail", "error"):
             outcome.outcome, outcome.reason = "deviation", f"known failure: {known}; {outcome.reason}"
         elif known:
-            warnings.warn(f"{request.node.name} is listed as a known failure but passed")
+            warnings.warn(f"{request.node.name} is listed as a known failure but passed",
+                          stacklevel=2)
         request.config.stash[RECORDS].append(outcome.record())
         replay = (f"\n  replay: pytest --pyargs suite.conformance -p no:cacheprovider "
                   f"--impl '{outcome.impl}' -k '{request.node.callspec.id}'")

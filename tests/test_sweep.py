@@ -1,0 +1,105 @@
+"""Sweeps: the barrier is inside the timed region, results survive interruption, resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import sweep
+from suite.timing import flops, point_key
+from tests.conftest import PLUGINS, ROOT
+
+TINY = ["--preset", "ci", "--lengths", "16,32,64", "--heads", "1", "--mask", "none",
+        "--head-dim", "8", "--max-time", "0.01", "--min-rounds", "2"]
+
+
+def _sweep(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "--out", str(tmp_path),
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    path = tmp_path / "sweep-ci.json"
+    return proc, (json.loads(path.read_text()) if path.exists() else {})
+
+
+def _medians(doc: dict) -> dict:
+    return {b["extra_info"]["impl"]: b["stats"]["median"] for b in doc["benchmarks"]}
+
+
+def test_barrier_is_inside_the_timed_region(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--plugin", str(PLUGINS / "async_work.py"), "--impl", "async.*",
+                       "--max-time", "0.2", "--min-rounds", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    medians = _medians(doc)
+    assert medians["async.honest"] >= 0.05  # the work finishes inside synchronize
+    assert medians["async.no_barrier"] < 0.01  # the control: without it, only the launch
+
+
+def test_points_record_flops_and_memory(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(doc["benchmarks"]) == 3
+    for b in doc["benchmarks"]:
+        x = b["extra_info"]
+        assert x["flops"] == flops(1, 1, 1, x["Lq"], x["Lk"], 8, 8, False)["flops"]
+        assert x["flops_per_s"] == pytest.approx(x["flops"] / b["stats"]["median"])
+        assert x["peak_method"] == "tracemalloc" and x["peak_bytes"] > 0
+    facts = doc["machine_info"]["mha_suite"]
+    assert facts["matmul_peak_flops"]["numpy:cpu:float32"] > 0
+    assert facts["threads"]["requested"] >= 1
+
+
+def test_interrupted_sweep_keeps_points_and_resumes(tmp_path):
+    proc, first = _sweep(tmp_path, *TINY, "--impl", "numpy", "--stop-after", "2")
+    assert proc.returncode != 0
+    assert len(first["benchmarks"]) == 2
+    proc, second = _sweep(tmp_path, *TINY, "--impl", "numpy", "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    keys = [point_key(b["extra_info"]) for b in second["benchmarks"]]
+    assert len(keys) == len(set(keys)) == 3  # complete, nothing measured twice
+    before = {point_key(b["extra_info"]): b["stats"] for b in first["benchmarks"]}
+    for b in second["benchmarks"]:
+        key = point_key(b["extra_info"])
+        if key in before:
+            assert b["stats"] == before[key]  # finished points were not re-measured
+
+
+def test_unsupported_and_budget_points_are_recorded(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "64", "--heads", "2", "--kv-heads", "1",
+                       "--mask", "none", "--impl", "torch.nn", "--impl", "numpy",
+                       "--memory-budget", "0.000001", "--max-time", "0.01")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status = {(x["impl"], x["status"]) for x in doc["mha_suite_not_measured"]}
+    assert ("torch.nn", "unsupported") in status  # no GQA
+    assert ("numpy", "skipped") in status  # over the memory budget
+    assert not doc["benchmarks"]
+
+
+def test_results_are_readable_by_pytest_benchmark_compare(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+    assert proc.returncode == 0
+    tool = Path(sys.executable).parent / "pytest-benchmark"  # the console script
+    cmp = subprocess.run([str(tool), "compare", str(tmp_path / "sweep-ci.json")],
+                         capture_output=True, text=True)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "test_point[numpy-cpu-float32-L64" in cmp.stdout
+
+
+def test_grid_overrides_and_bad_values():
+    parser = __import__("argparse").ArgumentParser()
+    sweep.add_arguments(parser)
+    spec = sweep.grid(parser.parse_args(["--preset", "default", "--lengths", "128,256",
+                                         "--heads", "2", "--mask", "causal"]))
+    assert {(p["length"], p["H"], p["mask"]) for p in spec["points"]} == {
+        (128, 2, "causal"), (256, 2, "causal")}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--lengths", "12x"])
+
+
+def test_bad_sweep_arguments_are_one_line(cli):
+    proc = cli("sweep", "--heads", "4", "--kv-heads", "3", "--out", "/tmp/never")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mha-suite: error: --kv-heads 3 does not divide heads 4"
