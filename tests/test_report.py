@@ -14,6 +14,7 @@ from reports.build import build_report
 from suite.results import fit_exponent, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SWEEP_A = next(FIXTURES.rglob("sweep-a.json"))  # a real ci-preset sweep from this project
 SECTIONS = ["environment", "conformance", "scaling", "heads", "throughput", "memory", "ranking",
             "not-measured"]
 
@@ -55,7 +56,7 @@ def test_full_report_has_every_section_and_chart(tmp_path):
 
 
 def test_partial_results_and_an_implementation_that_failed_everywhere(tmp_path):
-    doc = json.loads((FIXTURES / "real" / "sweep-a.json").read_text())
+    doc = json.loads((SWEEP_A).read_text())
     doc["benchmarks"] = doc["benchmarks"][::3]  # missing points
     x = dict(doc["benchmarks"][0]["extra_info"], impl="broken.run", status="error",
              reason="RuntimeError: kernel launch failed")
@@ -68,7 +69,7 @@ def test_partial_results_and_an_implementation_that_failed_everywhere(tmp_path):
 
 
 def test_baseline_flags_only_beyond_the_spread(tmp_path):
-    doc = json.loads((FIXTURES / "real" / "sweep-a.json").read_text())
+    doc = json.loads((SWEEP_A).read_text())
     slow = json.loads(json.dumps(doc))
     for b in slow["benchmarks"]:
         if b["extra_info"]["impl"] == "numpy":
@@ -89,12 +90,12 @@ def test_baseline_flags_only_beyond_the_spread(tmp_path):
 
 
 def test_two_machines_merge(tmp_path):
-    doc = json.loads((FIXTURES / "real" / "sweep-a.json").read_text())
+    doc = json.loads((SWEEP_A).read_text())
     doc["machine_info"]["node"] = "other-box"
     (tmp_path / "b.json").write_text(json.dumps(doc))
-    sweeps, _ = load([FIXTURES / "real" / "sweep-a.json", tmp_path / "b.json"])
+    sweeps, _ = load([SWEEP_A, tmp_path / "b.json"])
     assert sweeps["machine"].nunique() == 2
-    out = build_report([str(FIXTURES / "real" / "sweep-a.json"), str(tmp_path / "b.json")],
+    out = build_report([str(SWEEP_A), str(tmp_path / "b.json")],
                        tmp_path / "r.html")
     assert "other-box" in out.read_text()
 
