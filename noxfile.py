@@ -1,4 +1,4 @@
-"""nox sessions: tests, conformance, bench, report, run, fidelity, lint (+ GPU variants).
+"""nox sessions: tests, conformance, bench, report, run, lint (+ GPU variants).
 
 CPU sessions install through constraints/cpu.txt, which pins the CPU build of
 torch; the GPU sessions install without it and are not run by default.
@@ -81,13 +81,6 @@ def run(session: nox.Session) -> None:
     """The main job: conformance + the default sweep + the HTML report."""
     install(session)
     session.run("mha-suite", "run", "--out", RESULTS, *session.posargs)
-
-
-@nox.session
-def fidelity(session: nox.Session) -> None:
-    """Sweep medians against independent timers (torch.utils.benchmark, timeit)."""
-    install(session)
-    session.run("python", "-m", "suite.fidelity", *session.posargs)
 
 
 @nox.session
