@@ -1,82 +1,98 @@
-"""Results files -> one self-contained HTML page."""
+"""Results files -> DataFrames -> figures and tables -> one self-contained HTML page."""
 
 from __future__ import annotations
 
 import datetime
-import json
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Any, Dict, Iterable, Optional, Union
+
+import pandas as pd
 
 from reports import figures, tables
-from suite.results import _files, load
+from suite.results import conformance_frame, read, sweeps_frame
+
+PathLike = Union[str, Path]
+FORMATS = {"median_s": "{:.4g}", "median_s_base": "{:.4g}", "ratio": "{:.3f}"}
 
 
-def _sweep_docs(paths: Iterable[str]) -> List[dict]:
-    docs = []
-    for f in _files(paths):
-        try:
-            doc = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if "benchmarks" in doc and "machine_info" in doc:
-            doc["_source"] = str(f)
-            docs.append(doc)
-    return docs
-
-
-def build_report(results: Iterable[str], out: Path, baseline: Optional[Iterable[str]] = None,
-                 baseline_impl: Optional[str] = "numpy") -> Path:
-    """Write the report for ``results`` (files or directories) to ``out``; return its path."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
-    results = [str(r) for r in results]
-    sweeps, conformance = load(results)
-    ok = sweeps[sweeps["status"] == "ok"].dropna(subset=["median_s"]) if len(sweeps) else sweeps
-    fmt = {"median_s": "{:.3g}", "speedup": "{:.2f}x", "flops_per_s": "{:.3g}",
-           "ratio": "{:.2f}", "median_s_base": "{:.3g}", "exponent": "{:.2f}"}
-    ctx = {
-        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
-        "n_files": len(_files(results)), "n_points": int(len(ok)),
-        "n_not_measured": int(len(sweeps) - len(ok)), "n_cases": int(len(conformance)),
-        "machines": tables.environment(sweeps, conformance, _sweep_docs(results)),
+def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] = None,
+            baseline_impl: Optional[str] = None) -> Dict[str, Any]:
+    """Everything the template shows, computed from the results (and baseline) files."""
+    docs = read(results)
+    sweeps, conformance = sweeps_frame(docs), conformance_frame(docs)
+    ok = sweeps[(sweeps["status"] == "ok") & (sweeps["median_s"] > 0)]
+    ref_impl = tables.pick_baseline_impl(ok, baseline_impl)
+    ctx: Dict[str, Any] = {
+        "generated": datetime.datetime.now().isoformat(sep=" ", timespec="seconds"),
+        "n_files": len(docs), "n_points": len(ok), "n_not_measured": len(sweeps) - len(ok),
+        "n_cases": len(conformance),
+        "machines": sorted(set(sweeps["machine"].dropna()) | set(conformance["machine"].dropna())),
+        "environment": tables.environment(docs),
+        "implementations": tables.implementations(docs),
         "matrix": tables.conformance_matrix(conformance),
-        "figs": {"length": [], "heads": [], "throughput": [], "memory": []},
-        "exponents": "", "fastest": "", "ranking": "", "baseline_impl": baseline_impl,
-        "not_measured": tables.to_html(tables.not_measured(sweeps)) if len(sweeps) else "",
+        "figs": {"length": figures.time_vs_length(ok), "heads": figures.time_vs_heads(ok),
+                 "throughput": figures.throughput(ok), "memory": figures.memory_vs_length(ok)},
+        "exponents": tables.to_html(tables.exponents(ok)),
+        "exponent_ranges": tables.exponent_ranges(ok),
+        "fastest": tables.to_html(tables.fastest(figures.length_subset(ok)))
+        if len(ok) else tables.to_html(None),
+        "ranking": tables.to_html(tables.ranking(ok, ref_impl)),
+        "baseline_impl": ref_impl or "-",
+        "memory_methods": _memory_methods(ok),
+        "not_measured": tables.to_html(tables.not_measured(sweeps)),
+        "never_measured": tables.never_measured(sweeps),
         "baseline": None,
     }
-    if len(ok):
-        ctx["figs"] = {"length": figures.time_vs_length(ok), "heads": figures.time_vs_heads(ok),
-                       "throughput": figures.throughput(ok),
-                       "memory": figures.memory_vs_length(ok)}
-        ex = tables.exponents(ok)
-        ctx["exponents"] = tables.to_html(
-            ex[["machine", "impl", "device", "dtype", "mask", "H", "interval", "n_points",
-                "L_min", "L_max"]].rename(columns={"interval": "exponent [95% CI]"})
-            if len(ex) else ex)
-        ctx["fastest"] = tables.to_html(tables.fastest(ok), fmt)
-        rank = tables.ranking(ok, baseline_impl)
-        ctx["baseline_impl"] = rank.attrs.get("baseline_impl", baseline_impl)
-        ctx["ranking"] = tables.to_html(rank, fmt)
     if baseline:
-        base, _ = load([str(b) for b in baseline])
-        cmp = tables.compare_baseline(ok, base) if len(ok) and len(base) else None
-        if cmp is not None and len(cmp):
-            counts = cmp["verdict"].value_counts()
-            ctx["baseline"] = {
-                "summary": ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                     ("regression", "improvement", "within noise")) + ".",
-                "table": tables.to_html(cmp[["impl", "device", "dtype", "H", "Lq", "mask",
-                                             "median_s", "median_s_base", "ratio", "verdict"]],
-                                        fmt)}
-        else:
-            ctx["baseline"] = {"summary": "No points in common with the baseline.", "table": ""}
+        base = sweeps_frame(read(baseline))
+        cmp = tables.compare_baseline(ok, base)
+        counts = cmp["verdict"].value_counts()
+        rows = cmp.head(300)
+        ctx["baseline"] = {
+            "files": sorted({Path(s).name for s in base["source"].dropna()}),
+            "counts": {v: int(counts.get(v, 0)) for v in
+                       ("regression", "improvement", "within noise")},
+            "figs": figures.baseline_ratios(cmp),
+            "columns": [c for c in ("machine", "impl", "device", "dtype", "mask", "H", "Lq")
+                        if c in cmp and (c not in ("machine", "dtype") or cmp[c].nunique() > 1)],
+            "rows": [{**r, "median_ms": r["median_s"] * 1e3,
+                      "median_ms_base": r["median_s_base"] * 1e3}
+                     for r in rows.to_dict("records")],
+            "more": max(0, len(cmp) - len(rows))}
+    return ctx
+
+
+def _memory_methods(ok: pd.DataFrame) -> str:
+    if ok.empty:
+        return ""
+    pairs = ok.groupby("impl")["peak_method"].agg(lambda s: ", ".join(sorted(set(map(str, s)))))
+    return "; ".join(f"{impl}: {method}" for impl, method in pairs.items())
+
+
+def render(ctx: Dict[str, Any]) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
     env = Environment(loader=PackageLoader("reports", "templates"),
-                      autoescape=select_autoescape(["html", "j2"]))
-    html = env.get_template("report.html.j2").render(**ctx)
-    out = Path(out)
+                      autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(**ctx)
+
+
+def build_report(results_paths: Iterable[PathLike], out_path: PathLike,
+                 baseline_paths: Optional[Iterable[PathLike]] = None,
+                 baseline_impl: Optional[str] = None) -> Path:
+    """Write the report for ``results_paths`` (files or directories) to ``out_path``.
+
+    ``baseline_paths``: results to compare with (regressions judged against the spread);
+    ``baseline_impl``: the implementation speed-ups are relative to (default "numpy", else
+    the first present). Returns the written path. Raises FileNotFoundError for a missing
+    path, ValueError for a file that is not results.
+    """
+    html = render(context(list(results_paths), list(baseline_paths or []) or None,
+                          baseline_impl))
+    out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    tmp.replace(out)  # a reader never sees half a page
     return out

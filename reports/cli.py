@@ -12,18 +12,25 @@ __all__ = ["add_arguments", "run", "build_report"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="*", default=["mha-results"],
-                   help="results files or directories (default mha-results)")
+    p.add_argument("results", nargs="*", default=["mha-results"], metavar="RESULTS",
+                   help="results files or directories, sweeps and conformance "
+                        "(default: mha-results)")
     p.add_argument("--baseline", action="append", default=[], metavar="PATH",
-                   help="baseline results to compare with (files or directories; repeatable)")
-    p.add_argument("--baseline-impl", default="numpy",
-                   help="implementation the ranking's speed-ups are relative to")
-    p.add_argument("--out", default=None, help="HTML path (default <first dir>/report.html)")
+                   help="baseline results to compare with (file or directory; repeatable)")
+    p.add_argument("--baseline-impl", default=None, metavar="NAME",
+                   help="implementation the ranking's speed-ups are relative to "
+                        "(default: numpy, else the first present)")
+    p.add_argument("--out", default=None, metavar="PATH",
+                   help="HTML file to write (default: report.html next to the first RESULTS)")
+
+
+def default_out(first: str) -> Path:
+    path = Path(first)
+    return (path if path.is_dir() else path.parent) / "report.html"
 
 
 def run(args: argparse.Namespace) -> int:
-    first = Path(args.results[0])
-    out = Path(args.out) if args.out else (first if first.is_dir() else first.parent) / "report.html"
+    out = Path(args.out) if args.out else default_out(args.results[0])
     try:
         path = build_report(args.results, out, args.baseline or None, args.baseline_impl)
     except (FileNotFoundError, ValueError) as exc:

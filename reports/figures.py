@@ -1,10 +1,14 @@
-"""Charts (seaborn on matplotlib's Agg backend) as inline PNG data URIs."""
+"""Charts: seaborn on matplotlib's Agg backend, returned as inline PNG ``data:`` URIs.
+
+Every function takes the measured points (status "ok") in long form and returns a
+list of images, one per device, so a page with CPU and CUDA results shows both.
+"""
 
 from __future__ import annotations
 
 import base64
 import io
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import matplotlib
 
@@ -14,133 +18,180 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)
-WIDTH_IN = 10.5  # fits the page's 1100 px column at 100 dpi
+sns.set_theme(style="whitegrid", context="notebook", font_scale=0.8)
+WIDTH_IN = 10.8  # at DPI this fits the page's 1100 px column with the legend
+DPI = 100
+PANEL_KEYS = ["dtype", "B", "D", "H"]  # shown in a panel title when they vary
 
 
-def to_data_uri(fig) -> str:
+def to_data_uri(fig: plt.Figure) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _style(df: pd.DataFrame) -> Optional[str]:
-    """Machines as line style when results come from several."""
-    return "machine" if df["machine"].nunique() > 1 else None
+def panel_label(df: pd.DataFrame, keys: List[str], always: List[str] = ()) -> pd.Series:
+    """"dtype=float16 · H=8"-style labels from the keys that vary (or are in ``always``)."""
+    shown = [k for k in keys if k in always or df[k].nunique() > 1]
+    if not shown:
+        return pd.Series("all", index=df.index)
+    return df[shown].apply(lambda r: " · ".join(f"{k}={r[k]}" for k in shown), axis=1)
 
 
-def _facet(df: pd.DataFrame, x: str, y: str, col: str, row: Optional[str], logx: bool,
-           logy: bool, ylabel: str, guide: Optional[float] = None):
-    height = 3.0
-    ncols = max(1, df[col].nunique())
-    g = sns.relplot(data=df, x=x, y=y, hue="impl", style=_style(df), col=col, row=row,
-                    kind="line", marker="o", height=height,
-                    aspect=min(1.6, WIDTH_IN / height / ncols), facet_kws={"sharey": False},
-                    errorbar=None)
-    for ax in g.axes.flat:
-        if logx:
-            ax.set_xscale("log", base=2)
+def series(df: pd.DataFrame, dims: List[str]) -> Optional[pd.Series]:
+    """The style dimension: the given columns that vary, joined (machine, mask)."""
+    vary = [c for c in dims if df[c].nunique() > 1]
+    if not vary:
+        return None
+    return df[vary].astype(str).agg(" · ".join, axis=1)
+
+
+def _guide(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, power: float, label: str,
+           style: str = "--") -> None:
+    """A dashed x^power line through the geometric mean of the panel's points."""
+    if len(xs) < 2:
+        return
+    grid = np.sort(np.unique(xs)).astype(float)
+    x0, y0 = np.exp(np.log(xs).mean()), np.exp(np.log(ys).mean())
+    ax.plot(grid, y0 * (grid / x0) ** power, style, color="0.25", lw=1, alpha=0.6, zorder=0)
+    ax.annotate(label, (grid[-1], y0 * (grid[-1] / x0) ** power), fontsize=8, color="0.25",
+                xytext=(2, 0), textcoords="offset points", va="center")
+
+
+def _relplot(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[str],
+             style: Optional[str], ylabel: str, xlabel: str, logy: bool = True,
+             guides: Optional[Dict[float, str]] = None, hue: str = "impl",
+             col_template: str = "{col_name}") -> sns.FacetGrid:
+    """Lines per ``hue`` over log2 x, one panel per (row, col); guides as {power: label}."""
+    ncol = d[col].nunique() if col else 1
+    nrow = d[row].nunique() if row else 1
+    height = 2.7 if nrow > 1 else 3.2
+    aspect = (WIDTH_IN - 2.2) / ncol / height  # leave room for the legend on the right
+    marks = {"markers": True, "dashes": True} if style else {"marker": "o"}
+    g = sns.relplot(data=d, x=x, y=y, hue=hue, style=style, row=row, col=col, kind="line",
+                    height=height, aspect=aspect, errorbar=None, markersize=4, **marks,
+                    facet_kws={"sharey": False, "sharex": True, "margin_titles": True},
+                    hue_order=sorted(d[hue].unique()))
+    for key, ax in (g.axes_dict.items() or [(None, g.ax)]):
+        r, c = key if (row and col) else ((key, None) if row else (None, key))
+        ax.set_xscale("log", base=2)
         if logy:
             ax.set_yscale("log")
-        ax.set_ylabel(ylabel)
-    if guide is not None:
-        _guides(g, df, x, y, col, row, guide)
+        sub = d
+        if row:
+            sub = sub[sub[row] == r]
+        if col:
+            sub = sub[sub[col] == c]
+        sub = sub[np.isfinite(sub[y]) & (sub[y] > 0)]
+        for power, label in (guides or {}).items():
+            _guide(ax, sub[x].to_numpy(float), sub[y].to_numpy(float), power, label,
+                   "--" if power >= 2 else ":")
+    g.set_axis_labels(xlabel, ylabel)
+    g.set_titles(row_template="{row_name}", col_template=col_template)
+    if g.legend is not None:
+        sns.move_legend(g, "upper left", bbox_to_anchor=(0.985, 0.95), frameon=False,
+                        title=None)
     return g
 
 
-def _guides(g, df, x, y, col, row, power: float) -> None:
-    """A dashed L^power line through each panel's geometric-mean point."""
-    for (row_val, col_val), ax in g.axes_dict.items() if row else (
-            ((None, k), v) for k, v in g.axes_dict.items()):
-        sub = df[df[col] == col_val]
-        if row:
-            sub = sub[sub[row] == row_val]
-        if sub.empty:
-            continue
-        xs = np.sort(sub[x].unique()).astype(float)
-        anchor_x = float(np.exp(np.log(xs).mean()))
-        anchor_y = float(np.exp(np.log(sub[y].astype(float)).mean()))
-        ax.plot(xs, anchor_y * (xs / anchor_x) ** power, "k--", lw=1, alpha=0.5,
-                label=f"n^{power:g} guide")
-        ax.text(xs[-1], anchor_y * (xs[-1] / anchor_x) ** power, f" n^{power:g}", fontsize=8,
-                va="bottom", ha="right", alpha=0.7)
+def _title(g: sns.FacetGrid, text: str) -> None:
+    g.figure.suptitle(text, y=1.0, x=0.02, ha="left", fontsize=11)
+    g.figure.subplots_adjust(top=0.86 if len(g.axes) == 1 else 0.92)
 
 
-def _scaling_subset(ok: pd.DataFrame) -> pd.DataFrame:
-    """Points of head counts with at least three lengths (the length sweep)."""
-    counts = ok.groupby(["device", "H"])["Lq"].nunique()
-    keep = counts[counts >= 3].index
-    return ok.set_index(["device", "H"]).loc[lambda d: d.index.isin(keep)].reset_index()
+def length_subset(ok: pd.DataFrame) -> pd.DataFrame:
+    """Points whose (device, dtype, B, D, H, mask) group has three or more lengths."""
+    keys = ["machine", "device", "dtype", "B", "D", "H", "mask", "grad"]
+    n = ok.groupby(keys, dropna=False)["Lq"].transform("nunique")
+    return ok[n >= 3]
+
+
+def heads_subset(ok: pd.DataFrame) -> pd.DataFrame:
+    """Points whose (device, dtype, B, D, Lq, mask) group has three or more head counts."""
+    keys = ["machine", "device", "dtype", "B", "D", "Lq", "mask", "grad"]
+    n = ok.groupby(keys, dropna=False)["H"].transform("nunique")
+    return ok[n >= 3]
 
 
 def time_vs_length(ok: pd.DataFrame) -> List[str]:
-    """log-log time vs length, per device: columns = mask, rows = head count."""
+    """Log-log median time vs length with an n^2 guide: rows = head count, columns = mask."""
     out = []
-    sub = _scaling_subset(ok)
-    for device, d in sub.groupby("device"):
-        d = d.assign(time_ms=d["median_s"] * 1e3)
-        g = _facet(d, "Lq", "time_ms", "mask", "H" if d["H"].nunique() > 1 else None,
-                   True, True, "median time (ms)", guide=2.0)
-        g.figure.suptitle(f"time vs sequence length ({device}); dashed: n^2", y=1.02)
+    for device, d in length_subset(ok).groupby("device"):
+        d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
+        d = d.assign(series=series(d, ["machine", "grad"]))
+        g = _relplot(d, "Lq", "time_ms", "panel", "mask", "series" if d["series"].notna().all()
+                     else None, "median time per call (ms)", "sequence length L (= S)",
+                     guides={2.0: "n²"}, col_template="mask: {col_name}")
+        _title(g, f"Time vs sequence length on {device} (log-log; dashed: n²)")
         out.append(to_data_uri(g.figure))
     return out
 
 
 def time_vs_heads(ok: pd.DataFrame) -> List[str]:
+    """Log-log median time vs head count at a fixed length, with a linear guide."""
     out = []
-    counts = ok.groupby(["device", "Lq"])["H"].nunique()
-    for (device, L), n in counts.items():
-        if n < 3:
-            continue
-        d = ok[(ok["device"] == device) & (ok["Lq"] == L)]
-        d = d.assign(time_ms=d["median_s"] * 1e3)
-        g = _facet(d, "H", "time_ms", "mask", None, True, True, "median time (ms)", guide=1.0)
-        g.figure.suptitle(f"time vs head count ({device}, L = {L}); dashed: linear", y=1.02)
+    for device, d in heads_subset(ok).groupby("device"):
+        d = d.assign(time_ms=d["median_s"] * 1e3,
+                     panel=panel_label(d, ["dtype", "B", "D", "Lq"], ["Lq"]))
+        d = d.assign(series=series(d, ["machine", "grad"]))
+        g = _relplot(d, "H", "time_ms", "panel", "mask", "series" if d["series"].notna().all()
+                     else None, "median time per call (ms)", "head count H (E = H·D)",
+                     guides={1.0: "∝ H"}, col_template="mask: {col_name}")
+        _title(g, f"Time vs head count on {device} (log-log; dotted: linear in H)")
         out.append(to_data_uri(g.figure))
     return out
 
 
 def throughput(ok: pd.DataFrame) -> List[str]:
+    """GFLOP/s and share of the measured matmul peak vs length."""
     out = []
-    sub = _scaling_subset(ok)
-    for device, d in sub.groupby("device"):
-        d = d.assign(gflops=d["flops_per_s"] / 1e9, share=100 * d["peak_share"])
-        fig, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, 3.4))
-        sns.lineplot(data=d, x="Lq", y="gflops", hue="impl", style="mask", marker="o",
-                     ax=axes[0], errorbar=None)
-        axes[0].set(xscale="log", ylabel="GFLOP/s", title=f"achieved throughput ({device})")
-        axes[0].set_xscale("log", base=2)
-        if d["share"].notna().any():
-            sns.lineplot(data=d, x="Lq", y="share", hue="impl", style="mask", marker="o",
-                         ax=axes[1], errorbar=None, legend=False)
-            axes[1].set_xscale("log", base=2)
-            axes[1].set(ylabel="% of measured matmul peak", title="share of the matmul peak")
-        else:
-            axes[1].set_axis_off()
-        axes[0].legend(fontsize=7, ncols=2)
-        out.append(to_data_uri(fig))
+    for device, d in length_subset(ok).groupby("device"):
+        d = d.assign(panel=panel_label(d, PANEL_KEYS, ["H"]),
+                     style=series(d, ["machine", "mask", "grad"]))
+        long = pd.concat([
+            d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
+            d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
+        long = long[np.isfinite(long["value"])]
+        g = _relplot(long, "Lq", "value", "panel", "metric",
+                     "style" if long["style"].notna().all() else None, "", "sequence length L",
+                     logy=False)
+        for ax in g.axes.flat:
+            ax.set_ylim(bottom=0)
+        _title(g, f"Throughput on {device}: FLOP/s and share of the matmul peak")
+        out.append(to_data_uri(g.figure))
     return out
 
 
 def memory_vs_length(ok: pd.DataFrame) -> List[str]:
+    """Log-log peak memory vs length, with linear and quadratic guides."""
     out = []
-    sub = _scaling_subset(ok.dropna(subset=["peak_bytes"]))
-    sub = sub[sub["peak_bytes"] > 0]
-    for device, d in sub.groupby("device"):
-        d = d.assign(peak_mib=d["peak_bytes"] / 2**20)
-        d = d.assign(impl_method=d["impl"] + " (" + d["peak_method"].astype(str) + ")")
-        fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6))
-        sns.lineplot(data=d, x="Lq", y="peak_mib", hue="impl_method", style="mask", marker="o",
-                     ax=ax, errorbar=None)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        xs = np.sort(d["Lq"].unique()).astype(float)
-        y0 = float(d["peak_mib"].median())
-        mid = float(np.exp(np.log(xs).mean()))
-        ax.plot(xs, y0 * (xs / mid), "k:", lw=1, alpha=0.5, label="linear guide")
-        ax.plot(xs, y0 * (xs / mid) ** 2, "k--", lw=1, alpha=0.5, label="quadratic guide")
-        ax.set(ylabel="peak memory (MiB)", title=f"peak memory vs sequence length ({device})")
-        ax.legend(fontsize=7, ncols=2, loc="upper left")
-        out.append(to_data_uri(fig))
+    measured = ok[(ok["peak_bytes"] > 0) & ok["peak_method"].ne("not measured")]
+    for device, d in length_subset(measured).groupby("device"):
+        d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]),
+                     style=series(d, ["machine", "mask", "grad"]))
+        g = _relplot(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
+                     "style" if d["style"].notna().all() else None, "peak memory (MiB)",
+                     "sequence length L", guides={1.0: "n", 2.0: "n²"})
+        _title(g, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")
+        out.append(to_data_uri(g.figure))
     return out
+
+
+def baseline_ratios(cmp: pd.DataFrame) -> List[str]:
+    """Current / baseline median per point, by implementation, coloured by verdict."""
+    if cmp.empty:
+        return []
+    palette = {"regression": "#c0392b", "improvement": "#1e8449", "within noise": "#95a5a6"}
+    n = cmp["impl"].nunique()
+    fig, ax = plt.subplots(figsize=(min(WIDTH_IN, 2.2 + 1.1 * n), 3.2))
+    sns.stripplot(data=cmp, x="impl", y="ratio", hue="verdict", palette=palette, ax=ax,
+                  order=sorted(cmp["impl"].unique()), jitter=0.25, size=5,
+                  hue_order=[v for v in palette if v in set(cmp["verdict"])])
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="0.3", lw=1)
+    ax.set(xlabel="", ylabel="current / baseline median time",
+           title="Against the baseline: above 1 is slower")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return [to_data_uri(fig)]

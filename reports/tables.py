@@ -2,124 +2,263 @@
 
 from __future__ import annotations
 
-import html
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 
-from suite.results import fit_exponent
+from suite.results import Document, fit_exponent, machine_ids
 
-OUTCOME_ORDER = ["fail", "error", "deviation", "unsupported", "pass"]
+OUTCOME_ORDER = ["fail", "error", "deviation", "unsupported", "pass"]  # worst first
+SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "deviation": "deviation",
+         "unsupported": "unsupported"}
+RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "Lq"]
+COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "D", "mask",
+                "grad"]
 
 
-def environment(sweeps: pd.DataFrame, conformance: pd.DataFrame, docs: List[dict]) -> List[dict]:
-    """One entry per machine: CPU, GPUs, libraries, threads, commit, when."""
+# --- environment ---------------------------------------------------------------------------
+def environment(docs: List[Document]) -> List[Dict[str, Any]]:
+    """One card per results file's machine: CPU, GPUs, libraries, threads, commit, when."""
+    ids = machine_ids(docs)
     out = []
-    for doc in docs:
-        info = doc.get("machine_info") or {}
-        extra = info.get("mha_suite") or {}
-        out.append({
-            "machine": info.get("node", "unknown"), "source": doc.get("_source"),
-            "cpu": extra.get("cpu_model") or (info.get("cpu") or {}).get("brand_raw"),
-            "cores": extra.get("cores"), "gpus": extra.get("gpus") or [],
-            "threads": extra.get("threads"), "libraries": extra.get("libraries") or {},
-            "peaks": {k: v / 1e9 for k, v in (extra.get("matmul_peak_flops") or {}).items()},
-            "commit": (doc.get("commit_info") or {}).get("id"), "when": doc.get("datetime"),
-            "python": info.get("python_version"), "preset": extra.get("preset")})
+    for d in docs:
+        if d.kind == "sweep":
+            info = d.doc.get("machine_info") or {}
+            extra = info.get("mha_suite") or {}
+            threads = extra.get("threads") or {}
+            out.append({
+                "kind": "sweep", "machine": ids[d.path], "file": d.path.name,
+                "preset": extra.get("preset") or d.doc.get("mha_suite_preset"),
+                "cpu": extra.get("cpu_model") or (info.get("cpu") or {}).get("brand_raw"),
+                "cores": extra.get("cores"), "gpus": extra.get("gpus") or [],
+                "system": " ".join(filter(None, [info.get("system"), info.get("release")])),
+                "python": info.get("python_version"),
+                "threads": _threads(threads), "libraries": _libraries(extra.get("libraries")),
+                "peaks": [(k, v / 1e9) for k, v in sorted(
+                    (extra.get("matmul_peak_flops") or {}).items())],
+                "commit": (d.doc.get("commit_info") or {}).get("id"),
+                "dirty": (d.doc.get("commit_info") or {}).get("dirty"),
+                "when": _when(d.doc.get("datetime")),
+                "points": len(d.doc.get("benchmarks") or []),
+                "not_measured": len(d.doc.get("mha_suite_not_measured") or [])})
+        else:
+            m = d.doc.get("machine") or {}
+            out.append({
+                "kind": "conformance", "machine": ids[d.path], "file": d.path.name,
+                "preset": None, "cores": None, "dirty": None, "cpu": m.get("cpu_model"),
+                "system": m.get("system"), "python": m.get("python"),
+                "libraries": _libraries(m.get("libraries")), "commit": d.doc.get("commit"),
+                "when": _when(d.doc.get("created")), "cases": len(d.doc.get("results") or [])})
     return out
 
 
-def conformance_matrix(conf: pd.DataFrame) -> Dict[str, object]:
-    """Implementation x family cells, and per implementation the cases that did not pass."""
+def _threads(t: Dict[str, Any]) -> str:
+    parts = []
+    if t.get("requested"):
+        parts.append(f"{t['requested']} requested")
+    parts += [f"{b.get('internal_api')} {b.get('num_threads')}" for b in t.get("blas") or []]
+    if t.get("torch"):
+        parts.append(f"torch {t['torch']}")
+    if t.get("omp_env"):
+        parts.append(f"OMP_NUM_THREADS={t['omp_env']}")
+    return ", ".join(parts) or "-"
+
+
+def _libraries(libs: Optional[Dict[str, Any]]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in (libs or {}).items() if v) or "-"
+
+
+def _when(text: Optional[str]) -> str:
+    return (text or "-").replace("T", " ")[:19]
+
+
+def implementations(docs: List[Document]) -> List[Dict[str, Any]]:
+    """Implementations named by conformance files: availability and declared deviations."""
+    seen: Dict[str, Dict[str, Any]] = {}
+    for d in docs:
+        for i in d.doc.get("implementations") or [] if d.kind == "conformance" else []:
+            seen[i.get("name")] = {
+                "name": i.get("name"), "framework": i.get("framework"),
+                "version": i.get("framework_version"), "source": i.get("source"),
+                "available": i.get("available", True), "error": i.get("error"),
+                "devices": ", ".join(i.get("devices") or []) or "-",
+                "features": ", ".join(i.get("features") or []),
+                "deviations": sorted((i.get("deviations") or {}).items())}
+    return sorted(seen.values(), key=lambda r: (not r["available"], r["name"] or ""))
+
+
+# --- conformance ---------------------------------------------------------------------------
+def _cell(r: pd.Series) -> Dict[str, str]:
+    """One case result: the outcome, a short text (error vs bound) and the reason."""
+    outcome = r["outcome"] if r["outcome"] in SHORT else "error"
+    text = SHORT[outcome]
+    if outcome in ("pass", "fail") and np.isfinite(r["err"]) and r["bound"] > 0:
+        text += f" {r['err'] / r['bound']:.2g}×bound"
+    elif outcome == "fail" and not np.isfinite(r["err"]):
+        text += " (non-finite)"
+    return {"outcome": outcome, "text": text, "reason": r["reason"] or ""}
+
+
+def conformance_matrix(conf: pd.DataFrame) -> Dict[str, Any]:
+    """Implementation x family cells (worst outcome, counts), each expandable to its cases."""
     if conf.empty:
         return {"families": [], "rows": []}
+    conf = conf.assign(where=conf["device"].astype(str) + " " + conf["dtype"].astype(str))
+    multi = conf["machine"].nunique() > 1
     families = sorted(conf["family"].dropna().unique())
     rows = []
-    for impl, g in conf.groupby("impl"):
+    for (machine, impl), g in conf.groupby(["machine", "impl"]):
         cells = []
         for fam in families:
             counts = g[g["family"] == fam]["outcome"].value_counts()
-            worst = next((o for o in OUTCOME_ORDER if counts.get(o)), None)
-            text = ", ".join(f"{counts[o]} {o}" for o in OUTCOME_ORDER if counts.get(o))
-            cells.append({"outcome": worst or "none", "text": text or "-"})
-        details = []
-        for _, r in g[g["outcome"] != "pass"].sort_values(["outcome", "family", "case"]).iterrows():
-            ratio = r["err"] / r["bound"] if pd.notna(r["err"]) and r["bound"] else None
-            details.append({"outcome": r["outcome"], "case": f"{r['family']}/{r['case']}",
-                            "where": f"{r['device']}/{r['dtype']}",
-                            "ratio": "-" if ratio is None or not np.isfinite(ratio)
-                            else f"{ratio:.2f}x bound",
-                            "reason": r["reason"] or "", "test_id": r["test_id"] or ""})
-        passed = g[g["outcome"] == "pass"]
-        closeness = passed["ratio"].replace([np.inf], np.nan).dropna()
-        rows.append({"impl": impl, "cells": cells, "details": details,
-                     "n": len(g), "median_ratio": f"{closeness.median():.2f}"
-                     if len(closeness) else "-"})
+            worst = next((o for o in OUTCOME_ORDER if counts.get(o)), "none")
+            cells.append({"outcome": worst, "text": ", ".join(
+                f"{counts[o]} {o}" for o in OUTCOME_ORDER if counts.get(o)) or "-"})
+        wheres = sorted(g["where"].unique())
+        cases = []
+        for (fam, case), c in g.groupby(["family", "case"], sort=True):
+            by_where = {w: _cell(r) for w, r in c.set_index("where").iterrows()}
+            cases.append({"name": f"{fam}/{case}", "test_id": c["test_id"].iloc[0] or "",
+                          "cells": [by_where.get(w) for w in wheres]})
+        notes = [{"outcome": _cell(r)["outcome"], "case": f"{r['family']}/{r['case']}",
+                  "where": r["where"], "reason": r["reason"] or "", "test_id": r["test_id"]}
+                 for _, r in g[g["outcome"] != "pass"].sort_values(
+                     ["outcome", "family", "case"]).iterrows()]
+        closeness = g.loc[g["outcome"] == "pass", "ratio"].replace(np.inf, np.nan).dropna()
+        counts = g["outcome"].value_counts()
+        rows.append({"impl": f"{impl} ({machine})" if multi else impl, "cells": cells,
+                     "wheres": wheres, "cases": cases, "notes": notes,
+                     "summary": ", ".join(f"{counts[o]} {o}" for o in OUTCOME_ORDER
+                                          if counts.get(o)),
+                     "median_ratio": f"{closeness.median():.2f}" if len(closeness) else "-"})
     return {"families": families, "rows": rows}
 
 
+# --- scaling -------------------------------------------------------------------------------
 def exponents(ok: pd.DataFrame) -> pd.DataFrame:
+    """Fitted exponents, one row per implementation, one column per measured setting."""
     fits = fit_exponent(ok)
     if fits.empty:
         return fits
-    fits = fits.assign(interval=fits.apply(
-        lambda r: f"{r['exponent']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]", axis=1))
-    return fits.sort_values(["device", "mask", "exponent"])
+    fits = fits.assign(
+        cell=[f"{e:.2f} [{lo:.2f}, {hi:.2f}]" for e, lo, hi in
+              fits[["exponent", "ci_low", "ci_high"]].itertuples(index=False)],
+        setting=[" · ".join(str(v) for v in vals) for vals in
+                 fits[["device", "dtype", "mask"]].itertuples(index=False)],
+        H=fits["H"].map(lambda h: f"H={h}"))
+    index = ["machine", "impl"] if fits["machine"].nunique() > 1 else ["impl"]
+    columns = ["setting", "H"] if fits["H"].nunique() > 1 else ["setting"]
+    table = fits.pivot_table(index=index, columns=columns, values="cell", aggfunc="first")
+    table.columns = [" · ".join(c) if isinstance(c, tuple) else c for c in table.columns]
+    return table.reset_index()
+
+
+def exponent_ranges(ok: pd.DataFrame) -> str:
+    """The length range each fit used, e.g. 'L = 1024..4096 (3 lengths)'."""
+    fits = fit_exponent(ok)
+    if fits.empty:
+        return ""
+    spans = sorted({(int(a), int(b), int(n)) for a, b, n in
+                    fits[["L_min", "L_max", "n_points"]].itertuples(index=False)})
+    return "; ".join(f"L = {a}..{b} ({n} lengths)" for a, b, n in spans)
+
+
+def pick_baseline_impl(ok: pd.DataFrame, wanted: Optional[str]) -> Optional[str]:
+    """``wanted`` when measured, else "numpy", else the first implementation by name."""
+    names = sorted(ok["impl"].dropna().unique())
+    for name in (wanted, "numpy"):
+        if name in names:
+            return name
+    return names[0] if names else None
 
 
 def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
-    """Per device, mask, H and length: fastest first, speed-up over the baseline impl."""
+    """Per point: implementations fastest first, each with its speed-up over the baseline."""
     if ok.empty:
-        return ok
-    keys = ["machine", "device", "dtype", "mask", "H", "Lq"]
-    base = baseline_impl if baseline_impl in set(ok["impl"]) else ok["impl"].iloc[0]
-    ref = ok[ok["impl"] == base].groupby(keys)["median_s"].median().rename("base_s")
-    r = ok.merge(ref, left_on=keys, right_index=True, how="left")
-    r = r.assign(speedup=r["base_s"] / r["median_s"], rank=r.groupby(keys)["median_s"].rank())
-    r = r.sort_values([*keys, "rank"])
-    r.attrs["baseline_impl"] = base
-    return r[[*keys, "rank", "impl", "median_s", "speedup", "flops_per_s"]]
+        return pd.DataFrame()
+    keys = [k for k in RANK_KEYS if k in ("mask", "H", "Lq") or ok[k].nunique() > 1]
+    med = ok.groupby([*keys, "impl"], dropna=False)["median_s"].median().reset_index()
+    base = med[med["impl"] == baseline_impl].set_index(keys)["median_s"]
+    rows = []
+    for key, g in med.groupby(keys, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        ref = base.get(key, np.nan) if len(keys) > 1 else base.get(key[0], np.nan)
+        row = dict(zip(keys, key))
+        for i, r in enumerate(g.sort_values("median_s").itertuples(index=False), 1):
+            speed = f" {ref / r.median_s:.2f}×" if np.isfinite(ref) else ""
+            row[f"#{i}"] = f"{r.impl}{speed}"
+        row["fastest (ms)"] = f"{g['median_s'].min() * 1e3:.3g}"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    ranks = sorted((c for c in table.columns if c.startswith("#")), key=lambda c: int(c[1:]))
+    return table[[*keys, "fastest (ms)", *ranks]].fillna("")
 
 
 def fastest(ok: pd.DataFrame) -> pd.DataFrame:
-    """The fastest implementation per device, mask, H and length."""
-    keys = ["machine", "device", "dtype", "mask", "H", "Lq"]
-    idx = ok.groupby(keys)["median_s"].idxmin()
-    return ok.loc[idx, [*keys, "impl", "median_s"]].sort_values(keys)
+    """The fastest implementation per device, mask and length of the length sweep."""
+    keys = [k for k in RANK_KEYS if k in ("device", "mask", "H", "Lq") or ok[k].nunique() > 1]
+    idx = ok.groupby(keys, dropna=False)["median_s"].idxmin()
+    best = ok.loc[idx, [*keys, "impl", "median_s"]]
+    table = best.pivot_table(index=[k for k in keys if k != "Lq"], columns="Lq",
+                             values="impl", aggfunc="first")
+    table.columns = [f"L={c}" for c in table.columns]
+    return table.reset_index().fillna("-")
 
 
+# --- baseline ------------------------------------------------------------------------------
 def compare_baseline(ok: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
-    """Per point: ratio of medians, flagged only when the interquartile ranges do not overlap.
+    """Per point: current / baseline median, flagged only beyond the measured spread.
 
-    regression: current q1 > baseline q3; improvement: current q3 < baseline q1;
-    otherwise the difference lies within the measured spread ("within noise").
+    regression: the current first quartile is above the baseline's third quartile;
+    improvement: the current third quartile is below the baseline's first quartile;
+    otherwise the interquartile ranges overlap and the point is "within noise". Points
+    are matched on the machine too when the two sets share one, else across machines.
     """
-    keys = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "D", "mask",
-            "grad"]
-    cur = ok.groupby(keys, dropna=False)[["median_s", "q1_s", "q3_s"]].median()
-    old = base[base["status"] == "ok"].groupby(keys, dropna=False)[
-        ["median_s", "q1_s", "q3_s"]].median()
-    m = cur.join(old, lsuffix="", rsuffix="_base", how="inner").reset_index()
-    if m.empty:  # different machines: compare without the machine key
-        cur = ok.groupby(keys[1:], dropna=False)[["median_s", "q1_s", "q3_s"]].median()
-        old = base[base["status"] == "ok"].groupby(keys[1:], dropna=False)[
-            ["median_s", "q1_s", "q3_s"]].median()
-        m = cur.join(old, lsuffix="", rsuffix="_base", how="inner").reset_index()
+    base = base[base["status"] == "ok"]
+    if ok.empty or base.empty:
+        return pd.DataFrame(columns=[*COMPARE_KEYS, "median_s", "median_s_base", "ratio",
+                                     "verdict"])
+    keys = COMPARE_KEYS if set(ok["machine"]) & set(base["machine"]) else COMPARE_KEYS[1:]
+    cols = ["median_s", "q1_s", "q3_s"]
+    cur = ok.groupby(keys, dropna=False)[cols].median()
+    old = base.groupby(keys, dropna=False)[cols].median()
+    m = cur.join(old.add_suffix("_base"), how="inner").reset_index()
     m["ratio"] = m["median_s"] / m["median_s_base"]
-    m["verdict"] = np.where(m["q1_s"] > m["q3_s_base"], "regression",
-                            np.where(m["q3_s"] < m["q1_s_base"], "improvement", "within noise"))
-    return m.sort_values(["verdict", "ratio"], ascending=[True, False])
+    m["verdict"] = np.select([m["q1_s"] > m["q3_s_base"], m["q3_s"] < m["q1_s_base"]],
+                             ["regression", "improvement"], "within noise")
+    order = {"regression": 0, "improvement": 1, "within noise": 2}
+    return m.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name ==
+                         "verdict" else -s).reset_index(drop=True)
 
 
+# --- not measured --------------------------------------------------------------------------
 def not_measured(df: pd.DataFrame) -> pd.DataFrame:
-    cols = ["machine", "impl", "device", "dtype", "Lq", "H", "mask", "status", "reason"]
-    return df[df["status"] != "ok"][cols].sort_values(["status", "impl", "Lq"])
+    """Points not measured, one row per (implementation, status, reason) with the points."""
+    bad = df[df["status"] != "ok"]
+    if bad.empty:
+        return bad
+    keys = [k for k in ("machine", "impl", "device", "dtype") if df[k].nunique() > 1
+            or k in ("impl", "device")] + ["status", "reason"]
+    rows = []
+    for key, g in bad.groupby(keys, dropna=False, sort=True):
+        pts = sorted({(int(r.Lq), int(r.H), str(r.mask)) for r in g.itertuples()})
+        rows.append({**dict(zip(keys, key)), "points": len(g),
+                     "which (L, H, mask)": ", ".join(f"{L}/{H}/{m}" for L, H, m in pts[:12])
+                     + (" ..." if len(pts) > 12 else "")})
+    return pd.DataFrame(rows)
 
 
-def to_html(df: pd.DataFrame, formats: Optional[Dict[str, str]] = None, max_rows: int = 400
+def never_measured(df: pd.DataFrame) -> List[str]:
+    """Implementations in the sweeps with no measured point at all."""
+    measured = set(df.loc[df["status"] == "ok", "impl"])
+    return sorted(set(df["impl"].dropna()) - measured)
+
+
+# --- HTML ----------------------------------------------------------------------------------
+def to_html(df: pd.DataFrame, formats: Optional[Dict[str, str]] = None, max_rows: int = 300
             ) -> str:
-    """A compact HTML table (escaped); numbers formatted per column."""
+    """A compact, escaped HTML table; numbers formatted per column."""
     if df is None or df.empty:
         return "<p class='muted'>none</p>"
     d = df.head(max_rows).copy()
@@ -130,7 +269,3 @@ def to_html(df: pd.DataFrame, formats: Optional[Dict[str, str]] = None, max_rows
     if len(df) > max_rows:
         table += f"<p class='muted'>{len(df) - max_rows} more rows not shown</p>"
     return table
-
-
-def esc(text: object) -> str:
-    return html.escape(str(text))

@@ -1,7 +1,11 @@
 """Results files -> long-form pandas DataFrames, and the scaling-exponent fit.
 
-``load(paths)`` reads any mix of sweep files (pytest-benchmark JSON) and
-conformance files, or directories of them; one row per point x implementation.
+``load(paths)`` reads any mix of sweep files (pytest-benchmark JSON) and conformance
+files, or directories of them (every ``*.json`` inside, recursively). Sweeps give one row
+per point x implementation, measured or not; conformance gives one row per case result.
+A point (or case) found in several files of the same machine is kept from the newest
+file, so a rerun replaces what it re-measured. Times are in seconds, memory in bytes,
+throughput in FLOP/s. Only report code imports this module (it needs pandas).
 """
 
 from __future__ import annotations
@@ -9,10 +13,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, List, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
+
+PathLike = Union[str, Path]
 
 SWEEP_COLUMNS = [
     "machine", "source", "datetime", "commit", "impl", "framework", "framework_version",
@@ -24,38 +30,97 @@ CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version", "device",
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",
     "k", "atol", "reason"]
-PathLike = Union[str, Path]
+# What identifies a point: the same point from two files of one machine is a rerun.
+POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "E", "D",
+              "mask", "grad"]
+FIT_KEYS = ["machine", "impl", "device", "dtype", "mask", "H", "B", "D"]
+STATS = {"median_s": "median", "min_s": "min", "mean_s": "mean", "stddev_s": "stddev",
+         "iqr_s": "iqr", "q1_s": "q1", "q3_s": "q3", "rounds": "rounds"}
+NUMERIC = ["median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "flops",
+           "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_bytes",
+           "compile_s"]
 
 
-def _files(paths: Iterable[PathLike]) -> List[Path]:
+class Document(NamedTuple):
+    """One results file: its path, kind ("sweep" | "conformance") and parsed JSON."""
+
+    path: Path
+    kind: str
+    doc: Dict[str, Any]
+
+
+def files(paths: Iterable[PathLike]) -> List[Path]:
+    """The JSON files named by ``paths`` (files, or directories searched recursively)."""
     out: List[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             out += sorted(p.rglob("*.json"))
-        elif p.exists():
+        elif p.is_file():
             out.append(p)
         else:
             raise FileNotFoundError(f"results: {p} does not exist")
     return out
 
 
-def _kind(doc: dict) -> str:
-    if doc.get("kind") == "mha-suite/conformance":
+def kind_of(doc: Any) -> Optional[str]:
+    if isinstance(doc, dict) and doc.get("kind") == "mha-suite/conformance":
         return "conformance"
-    if "benchmarks" in doc and "machine_info" in doc:
+    if isinstance(doc, dict) and "benchmarks" in doc and "machine_info" in doc:
         return "sweep"
-    return "other"
+    return None
 
 
-def _read(path: Path) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"results: {path} is not a readable JSON file ({exc})") from exc
+def read(paths: Iterable[PathLike]) -> List[Document]:
+    """Parse every results file; JSON files of other kinds inside a directory are ignored.
+
+    A file named explicitly that is not a results file is a ValueError.
+    """
+    paths = list(paths)
+    named = {Path(p) for p in paths if Path(p).is_file()}
+    docs = []
+    for path in files(paths):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"results: {path} is not a readable JSON file ({exc})") from exc
+        kind = kind_of(doc)
+        if kind is None:
+            if path in named:
+                raise ValueError(f"results: {path} is neither a sweep (pytest-benchmark JSON) "
+                                 "nor a conformance results file")
+            continue
+        docs.append(Document(path, kind, doc))
+    return docs
 
 
-def _float(x):
+def _machine_facts(d: Document) -> Tuple[str, str]:
+    """(node, cpu) of the machine that wrote ``d``."""
+    if d.kind == "sweep":
+        info = d.doc.get("machine_info") or {}
+        extra = info.get("mha_suite") or {}
+        cpu = extra.get("cpu_model") or (info.get("cpu") or {}).get("brand_raw") or ""
+        return info.get("node") or "unknown", cpu
+    m = d.doc.get("machine") or {}
+    return m.get("node") or "unknown", m.get("cpu_model") or ""
+
+
+def machine_ids(docs: List[Document]) -> Dict[Path, str]:
+    """Per file, the machine's name: its node name, suffixed when two CPUs share one."""
+    by_node: Dict[str, List[str]] = {}
+    for d in docs:
+        node, cpu = _machine_facts(d)
+        cpus = by_node.setdefault(node, [])
+        if cpu not in cpus:
+            cpus.append(cpu)
+    out = {}
+    for d in docs:
+        node, cpu = _machine_facts(d)
+        i = by_node[node].index(cpu)
+        out[d.path] = node if i == 0 else f"{node}#{i + 1}"
+    return out
+
+
+def _float(x: Any) -> float:
     """Conformance files write non-finite floats as strings ('nan', 'inf')."""
     if isinstance(x, str):
         try:
@@ -65,100 +130,127 @@ def _float(x):
     return math.nan if x is None else float(x)
 
 
-def _sweep_rows(doc: dict, source: str) -> List[dict]:
-    info = doc.get("machine_info", {})
-    machine = info.get("node") or "unknown"
-    commit = (doc.get("commit_info") or {}).get("id")
-    peaks = (info.get("mha_suite") or {}).get("matmul_peak_flops", {})
+def _peak(peaks: Dict[str, float], framework: Any, device: Any, dtype: Any) -> Optional[float]:
+    """The matmul peak for framework:device:dtype, else any framework's on device:dtype."""
+    exact = peaks.get(f"{framework}:{device}:{dtype}")
+    if exact is not None:
+        return exact
+    return next((v for k, v in sorted(peaks.items()) if k.endswith(f":{device}:{dtype}")), None)
+
+
+def _sweep_rows(d: Document, machine: str) -> List[dict]:
+    info = d.doc.get("machine_info") or {}
+    peaks = (info.get("mha_suite") or {}).get("matmul_peak_flops") or {}
     rows = []
-    for b in doc.get("benchmarks", []):
-        x = dict(b.get("extra_info", {}))
-        s = b.get("stats", {})
-        x.update(median_s=s.get("median"), min_s=s.get("min"), mean_s=s.get("mean"),
-                 stddev_s=s.get("stddev"), iqr_s=s.get("iqr"), q1_s=s.get("q1"),
-                 q3_s=s.get("q3"), rounds=s.get("rounds"), status=x.get("status") or "ok")
-        rows.append(x)
-    for x in doc.get("mha_suite_not_measured", []):
-        rows.append(dict(x))
-    for x in rows:
-        x.update(machine=machine, source=source, datetime=doc.get("datetime"), commit=commit)
-        peak = peaks.get(f"{x.get('framework')}:{x.get('device')}:{x.get('dtype')}")
-        if peak is None:  # any framework's peak on this device and dtype
-            peak = next((v for k, v in peaks.items()
-                         if k.endswith(f":{x.get('device')}:{x.get('dtype')}")), None)
-        x["peak_flops"] = peak
+    for b in d.doc.get("benchmarks") or []:
+        row = dict(b.get("extra_info") or {})
+        stats = b.get("stats") or {}
+        row.update({col: stats.get(key) for col, key in STATS.items()})
+        row["status"] = row.get("status") or "ok"
+        rows.append(row)
+    for x in d.doc.get("mha_suite_not_measured") or []:
+        rows.append({**x, "status": x.get("status") or "error"})
+    for row in rows:
+        row.update(machine=machine, source=str(d.path), datetime=d.doc.get("datetime"),
+                   commit=(d.doc.get("commit_info") or {}).get("id"),
+                   peak_flops=_peak(peaks, row.get("framework"), row.get("device"),
+                                    row.get("dtype")))
     return rows
 
 
+def _conformance_rows(d: Document, machine: str) -> List[dict]:
+    impls = {i.get("name"): i for i in d.doc.get("implementations") or []}
+    rows = []
+    for r in d.doc.get("results") or []:
+        meta = impls.get(r.get("impl")) or {}
+        rows.append({**r, "machine": machine, "source": str(d.path),
+                     "created": d.doc.get("created"), "commit": d.doc.get("commit"),
+                     "framework": meta.get("framework"),
+                     "framework_version": meta.get("framework_version")})
+    return rows
+
+
+def _newest(df: pd.DataFrame, keys: List[str], when: str) -> pd.DataFrame:
+    """Keep, per key, the row of the newest file (a rerun replaces the earlier point)."""
+    if df.empty:
+        return df
+    order = df.assign(_when=df[when].fillna("").astype(str)).sort_values("_when", kind="stable")
+    return order.drop_duplicates(keys, keep="last").drop(columns="_when").sort_index()
+
+
+def sweeps_frame(docs: List[Document]) -> pd.DataFrame:
+    ids = machine_ids(docs)
+    rows = [r for d in docs if d.kind == "sweep" for r in _sweep_rows(d, ids[d.path])]
+    df = pd.DataFrame(rows).reindex(columns=SWEEP_COLUMNS)
+    for c in NUMERIC:
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["peak_share"] = df["flops_per_s"] / df["peak_flops"]
+    df = _newest(df, POINT_KEYS, "datetime")
+    return df.reset_index(drop=True)
+
+
+def conformance_frame(docs: List[Document]) -> pd.DataFrame:
+    ids = machine_ids(docs)
+    rows = [r for d in docs if d.kind == "conformance"
+            for r in _conformance_rows(d, ids[d.path])]
+    df = pd.DataFrame(rows).reindex(columns=CONFORMANCE_COLUMNS)
+    for c in ("err", "err_naive", "bound", "ratio", "k", "atol"):
+        df[c] = df[c].map(_float).astype(float)
+    df = _newest(df, ["machine", "impl", "device", "dtype", "test_id"], "created")
+    return df.reset_index(drop=True)
+
+
 def load_sweeps(paths: Iterable[PathLike]) -> pd.DataFrame:
-    return load(paths)[0]
+    """One row per point x implementation, measured (status "ok") or not."""
+    return sweeps_frame(read(paths))
 
 
 def load_conformance(paths: Iterable[PathLike]) -> pd.DataFrame:
-    return load(paths)[1]
+    """One row per conformance result, with machine, framework, framework_version."""
+    return conformance_frame(read(paths))
 
 
 def load(paths: Iterable[PathLike]) -> Tuple[pd.DataFrame, pd.DataFrame]:
-    """(sweeps, conformance) DataFrames from files or directories of them."""
-    sweep_rows, conf_rows = [], []
-    for path in _files(paths):
-        doc = _read(path)
-        kind = _kind(doc)
-        if kind == "sweep":
-            sweep_rows += _sweep_rows(doc, str(path))
-        elif kind == "conformance":
-            machine = (doc.get("machine") or {}).get("node", "unknown")
-            impls = {i["name"]: i for i in doc.get("implementations", [])}
-            for r in doc.get("results", []):
-                meta = impls.get(r.get("impl"), {})
-                conf_rows.append({**r, "machine": machine, "source": str(path),
-                                  "created": doc.get("created"), "commit": doc.get("commit"),
-                                  "framework": meta.get("framework"),
-                                  "framework_version": meta.get("framework_version")})
-    sweeps = pd.DataFrame(sweep_rows).reindex(columns=SWEEP_COLUMNS)
-    if len(sweeps):
-        for c in ("median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "flops",
-                  "flops_attention", "flops_projections", "flops_per_s", "peak_flops",
-                  "peak_bytes", "compile_s"):
-            sweeps[c] = pd.to_numeric(sweeps[c], errors="coerce")
-        sweeps["peak_share"] = sweeps["flops_per_s"] / sweeps["peak_flops"]
-    conformance = pd.DataFrame(conf_rows).reindex(columns=CONFORMANCE_COLUMNS)
-    for c in ("err", "err_naive", "bound", "ratio"):
-        conformance[c] = conformance[c].map(_float)
-    return sweeps, conformance
-
-
-FIT_KEYS = ["machine", "impl", "device", "dtype", "mask", "H", "B", "D"]
+    """(sweeps, conformance) from files or directories, sorted by each file's kind."""
+    docs = read(paths)
+    return sweeps_frame(docs), conformance_frame(docs)
 
 
 def fit_exponent(df: pd.DataFrame, upper_fraction: float = 0.5, min_points: int = 3
                  ) -> pd.DataFrame:
-    """Fit log(median_s) = a + b log(Lq) per group over the upper part of the lengths.
+    """Fit log(median_s) = a + b log(Lq) per group, over the upper part of the lengths.
 
-    Uses lengths >= the group's quantile (1 - upper_fraction) of lengths, at least
-    ``min_points`` of them (else the group is left out); b's 95% interval uses the t
-    distribution with n - 2 degrees of freedom (infinite width for n = 2 is avoided by
-    min_points >= 3).
+    Groups: ``FIT_KEYS`` (plus ``grad`` and ``H_kv`` when present: forward and backward
+    never share a fit). Lengths used: those >= the (1 - upper_fraction) quantile of the
+    group's lengths (the median for 0.5), widened to the ``min_points`` largest when fewer;
+    a group with fewer than ``min_points`` lengths is left out. b's 95% interval uses the
+    t distribution with n - 2 degrees of freedom. Columns: the keys, exponent, ci_low,
+    ci_high, n_points, L_min, L_max.
     """
-    from scipy import stats as st
+    from scipy import stats
 
+    if not 0 < upper_fraction <= 1:
+        raise ValueError(f"upper_fraction: expected a value in (0, 1], got {upper_fraction}")
+    if min_points < 3:
+        raise ValueError(f"min_points: expected >= 3 (an interval needs n - 2 > 0), "
+                         f"got {min_points}")
+    keys = FIT_KEYS + [k for k in ("grad", "H_kv") if k in df.columns]
+    columns = [*keys, "exponent", "ci_low", "ci_high", "n_points", "L_min", "L_max"]
+    ok = df[(df["status"] == "ok") & (df["median_s"] > 0) & (df["Lq"] > 0)]
     rows = []
-    ok = df[(df["status"] == "ok") & (df["median_s"] > 0)]
-    for key, g in ok.groupby(FIT_KEYS, dropna=False):
-        lengths = np.sort(g["Lq"].unique())
-        cut = np.quantile(lengths, 1 - upper_fraction) if len(lengths) else 0
-        upper = lengths[lengths >= cut]
+    for key, g in ok.groupby(keys, dropna=False, sort=True):
+        per_length = g.groupby("Lq")["median_s"].median()  # (n_lengths,)
+        lengths = per_length.index.to_numpy(float)
+        if len(lengths) < min_points:
+            continue
+        upper = lengths[lengths >= np.quantile(lengths, 1 - upper_fraction)]
         if len(upper) < min_points:
             upper = lengths[-min_points:]
-        sel = g[g["Lq"].isin(upper)].groupby("Lq")["median_s"].median()
-        n = len(sel)
-        if n < min_points:
-            continue
+        sel = per_length.loc[upper]
         x, y = np.log(sel.index.to_numpy(float)), np.log(sel.to_numpy(float))
-        fit = st.linregress(x, y)
-        half = st.t.ppf(0.975, n - 2) * fit.stderr
-        rows.append({**dict(zip(FIT_KEYS, key)), "exponent": fit.slope,
-                     "ci_low": fit.slope - half, "ci_high": fit.slope + half, "n_points": n,
-                     "L_min": int(sel.index.min()), "L_max": int(sel.index.max())})
-    return pd.DataFrame(rows, columns=[*FIT_KEYS, "exponent", "ci_low", "ci_high", "n_points",
-                                       "L_min", "L_max"])
+        fit = stats.linregress(x, y)
+        half = float(stats.t.ppf(0.975, len(x) - 2) * fit.stderr)
+        rows.append({**dict(zip(keys, key)), "exponent": float(fit.slope),
+                     "ci_low": float(fit.slope) - half, "ci_high": float(fit.slope) + half,
+                     "n_points": len(x), "L_min": int(upper.min()), "L_max": int(upper.max())})
+    return pd.DataFrame(rows, columns=columns)

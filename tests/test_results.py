@@ -1,0 +1,130 @@
+"""suite.results: loaders return the specified columns; the exponent fit recovers known slopes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from suite.results import (
+    CONFORMANCE_COLUMNS,
+    SWEEP_COLUMNS,
+    fit_exponent,
+    load,
+    load_conformance,
+    load_sweeps,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_sweep_loader_columns_and_rows():
+    df = load_sweeps([FIXTURES / "vm" / "sweep_vm.json"])
+    assert list(df.columns) == SWEEP_COLUMNS
+    doc = json.loads((FIXTURES / "vm" / "sweep_vm.json").read_text())
+    assert len(df) == len(doc["benchmarks"]) + len(doc["mha_suite_not_measured"])
+    ok = df[df["status"] == "ok"]
+    assert (ok["median_s"] > 0).all() and (ok["q1_s"] <= ok["q3_s"]).all()
+    assert set(df.loc[df["status"] != "ok", "status"]) == {"skipped", "error"}
+    assert df.loc[df["status"] != "ok", "median_s"].isna().all()
+    # the peak is looked up per framework:device:dtype and the share follows from it
+    row = ok[ok["framework"] == "jax"].iloc[0]
+    assert row["peak_flops"] == doc["machine_info"]["mha_suite"]["matmul_peak_flops"][
+        "jax:cpu:float32"]
+    assert row["peak_share"] == pytest.approx(row["flops_per_s"] / row["peak_flops"])
+
+
+def test_conformance_loader_columns_and_nonfinite_errors():
+    df = load_conformance([FIXTURES / "vm"])
+    assert list(df.columns) == CONFORMANCE_COLUMNS
+    assert {"pass", "fail", "unsupported", "deviation", "error"} <= set(df["outcome"])
+    assert df["err"].dtype == float and df["err"].isna().any()  # "nan" strings read as NaN
+    assert df.loc[df["impl"] == "torch.nn", "framework"].eq("torch").all()
+
+
+def test_load_sorts_files_by_kind_and_reads_directories():
+    sweeps, conf = load([FIXTURES / "vm"])
+    assert len(sweeps) and len(conf)
+    assert sweeps["source"].str.endswith("sweep_vm.json").all()
+    assert conf["source"].str.endswith("conformance_vm.json").all()
+
+
+def test_a_rerun_replaces_the_earlier_point(tmp_path):
+    doc = json.loads((FIXTURES / "real" / "sweep-a.json").read_text())
+    later = json.loads(json.dumps(doc))
+    later["datetime"] = "2099-01-01T00:00:00+00:00"
+    later["benchmarks"] = later["benchmarks"][:1]
+    later["benchmarks"][0]["stats"]["median"] = 123.0
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    (tmp_path / "b.json").write_text(json.dumps(later))
+    df = load_sweeps([tmp_path])
+    assert len(df) == len(doc["benchmarks"])
+    assert (df["median_s"] == 123.0).sum() == 1
+
+
+def test_two_machines_sharing_a_node_name_stay_apart(tmp_path):
+    doc = json.loads((FIXTURES / "real" / "sweep-a.json").read_text())
+    other = json.loads(json.dumps(doc))
+    other["machine_info"]["mha_suite"]["cpu_model"] = "Another CPU"
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    df = load_sweeps([tmp_path])
+    assert sorted(df["machine"].unique()) == ["vm", "vm#2"]
+    assert len(df) == 2 * len(doc["benchmarks"])
+
+
+def test_missing_and_foreign_files_are_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load([tmp_path / "nope.json"])
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="neither a sweep"):
+        load([tmp_path / "other.json"])
+    assert load([tmp_path])[0].empty  # inside a directory it is ignored
+
+
+def _synthetic(exponent, lengths, noise=0.03, seed=0, **keys):
+    rng = np.random.default_rng(seed)
+    base = {"machine": "m", "impl": "x", "device": "cpu", "dtype": "float32", "mask": "none",
+            "H": 8, "B": 1, "D": 64, "status": "ok"}
+    return pd.DataFrame([{**base, **keys, "Lq": L,
+                          "median_s": 1e-9 * L**exponent * np.exp(rng.normal(0, noise))}
+                         for L in lengths])
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0])
+def test_fit_exponent_recovers_a_known_exponent(exponent):
+    lengths = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    fit = fit_exponent(_synthetic(exponent, lengths)).iloc[0]
+    assert fit["ci_low"] <= exponent <= fit["ci_high"]
+    assert abs(fit["exponent"] - exponent) < 0.1
+    assert fit["n_points"] == 4 and (fit["L_min"], fit["L_max"]) == (1024, 8192)
+
+
+def test_fit_exponent_uses_the_upper_lengths_only():
+    # time = overhead + L^2: flat at small L, quadratic at large L
+    lengths = [2**k for k in range(4, 15)]
+    df = pd.DataFrame([{"machine": "m", "impl": "x", "device": "cpu", "dtype": "float32",
+                        "mask": "none", "H": 1, "B": 1, "D": 64, "status": "ok", "Lq": L,
+                        "median_s": 1e-5 + 1e-9 * L**2} for L in lengths])
+    assert fit_exponent(df).iloc[0]["exponent"] > 1.8
+    assert fit_exponent(df, upper_fraction=1.0).iloc[0]["exponent"] < 1.7
+
+
+def test_fit_exponent_rejects_too_few_points_and_ignores_unmeasured():
+    df = _synthetic(2.0, [128, 256])
+    assert fit_exponent(df).empty
+    bad = _synthetic(2.0, [512, 1024, 2048]).assign(status="skipped")
+    assert fit_exponent(pd.concat([df, bad])).empty
+    with pytest.raises(ValueError, match="upper_fraction"):
+        fit_exponent(df, upper_fraction=0)
+
+
+def test_fit_exponent_groups_separately():
+    df = pd.concat([_synthetic(2.0, [256, 512, 1024, 2048], mask="none"),
+                    _synthetic(1.0, [256, 512, 1024, 2048], mask="causal", seed=1)])
+    fits = fit_exponent(df, upper_fraction=1.0).set_index("mask")["exponent"]
+    assert fits["none"] == pytest.approx(2.0, abs=0.15)
+    assert fits["causal"] == pytest.approx(1.0, abs=0.15)
