@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import matplotlib
 
@@ -39,12 +39,13 @@ def panel_label(df: pd.DataFrame, keys: List[str], always: List[str] = ()) -> pd
     return df[shown].apply(lambda r: " · ".join(f"{k}={r[k]}" for k in shown), axis=1)
 
 
-def series(df: pd.DataFrame, dims: List[str]) -> Optional[pd.Series]:
-    """The style dimension: the given columns that vary, joined (machine, mask)."""
+def with_style(df: pd.DataFrame, dims: List[str]) -> Tuple[pd.DataFrame, Optional[str]]:
+    """Add the line-style column: the ``dims`` that vary (machine, mask), joined; its name."""
     vary = [c for c in dims if df[c].nunique() > 1]
     if not vary:
-        return None
-    return df[vary].astype(str).agg(" · ".join, axis=1)
+        return df, None
+    name = " · ".join(vary)
+    return df.assign(**{name: df[vary].astype(str).agg(" · ".join, axis=1)}), name
 
 
 def _guide(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, power: float, label: str,
@@ -119,9 +120,9 @@ def time_vs_length(ok: pd.DataFrame) -> List[str]:
     out = []
     for device, d in length_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
-        d = d.assign(series=series(d, ["machine", "grad"]))
-        g = _relplot(d, "Lq", "time_ms", "panel", "mask", "series" if d["series"].notna().all()
-                     else None, "median time per call (ms)", "sequence length L (= S)",
+        d, style = with_style(d, ["machine", "grad"])
+        g = _relplot(d, "Lq", "time_ms", "panel", "mask", style, "median time per call (ms)",
+                     "sequence length L (= S)",
                      guides={2.0: "n²"}, col_template="mask: {col_name}")
         _title(g, f"Time vs sequence length on {device} (log-log; dashed: n²)")
         out.append(to_data_uri(g.figure))
@@ -134,9 +135,9 @@ def time_vs_heads(ok: pd.DataFrame) -> List[str]:
     for device, d in heads_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3,
                      panel=panel_label(d, ["dtype", "B", "D", "Lq"], ["Lq"]))
-        d = d.assign(series=series(d, ["machine", "grad"]))
-        g = _relplot(d, "H", "time_ms", "panel", "mask", "series" if d["series"].notna().all()
-                     else None, "median time per call (ms)", "head count H (E = H·D)",
+        d, style = with_style(d, ["machine", "grad"])
+        g = _relplot(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
+                     "head count H (E = H·D)",
                      guides={1.0: "∝ H"}, col_template="mask: {col_name}")
         _title(g, f"Time vs head count on {device} (log-log; dotted: linear in H)")
         out.append(to_data_uri(g.figure))
@@ -147,14 +148,13 @@ def throughput(ok: pd.DataFrame) -> List[str]:
     """GFLOP/s and share of the measured matmul peak vs length."""
     out = []
     for device, d in length_subset(ok).groupby("device"):
-        d = d.assign(panel=panel_label(d, PANEL_KEYS, ["H"]),
-                     style=series(d, ["machine", "mask", "grad"]))
+        d, style = with_style(d.assign(panel=panel_label(d, PANEL_KEYS, ["H"])),
+                              ["machine", "mask", "grad"])
         long = pd.concat([
             d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
             d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
         long = long[np.isfinite(long["value"])]
-        g = _relplot(long, "Lq", "value", "panel", "metric",
-                     "style" if long["style"].notna().all() else None, "", "sequence length L",
+        g = _relplot(long, "Lq", "value", "panel", "metric", style, "", "sequence length L",
                      logy=False)
         for ax in g.axes.flat:
             ax.set_ylim(bottom=0)
@@ -168,10 +168,10 @@ def memory_vs_length(ok: pd.DataFrame) -> List[str]:
     out = []
     measured = ok[(ok["peak_bytes"] > 0) & ok["peak_method"].ne("not measured")]
     for device, d in length_subset(measured).groupby("device"):
-        d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]),
-                     style=series(d, ["machine", "mask", "grad"]))
+        d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]))
+        d, style = with_style(d, ["machine", "mask", "grad"])
         g = _relplot(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
-                     "style" if d["style"].notna().all() else None, "peak memory (MiB)",
+                     style, "peak memory (MiB)",
                      "sequence length L", guides={1.0: "n", 2.0: "n²"})
         _title(g, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")
         out.append(to_data_uri(g.figure))
