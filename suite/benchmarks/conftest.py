@@ -98,10 +98,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             entry, device, point = cs.params["sweep_point"]
             combos.add((entry.impl.framework, device, point["dtype"]))
     state["machine_info"] = _machine_info(config, combos)
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
     from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
