@@ -4,20 +4,27 @@ The attention core never holds a (B, H, L, S) array: it walks query tiles, and
 for each one makes a single pass over key tiles, keeping a running row max, a
 running row sum and an unnormalised output accumulator (Dao et al., 2022).
 Key tiles that the mask hides entirely (above the causal diagonal, past the
-longest valid length) are skipped, which is where causal attention gets its 2x.
+longest valid length) are skipped, which is where causal attention gets its 2x;
+the causal diagonal square is cut into row strips so that only strip-sized
+triangles above the diagonal are computed.
 
 The mask stays in its canonical parts (``TileMask``); each tile's part is built
 on the fly from valid_lens, the causal offset and tile-sized slices of the
 user's broadcastable ``allowed`` / ``bias`` arrays.
 
+Logits are kept in base 2 (q is scaled by scale * log2(e), the bias by log2(e)), so the
+one elementwise pass per tile is ``exp2``, which NumPy runs twice as fast as ``exp``.
+Masked weights are set to 0 after ``exp2`` rather than to -inf before it (exp2 takes a
+slow path on -inf and underflowing lanes).
+
 Two matmuls per tile do nearly all the work: q is augmented with a -m column and
 k and v with a ones column, so ``[q, -m] @ [k, 1]^T`` subtracts the row max and
 ``p @ [v, 1]`` also sums the row. The row max is kept lazily (a tile is kept unless
 its sums leave a safe range, then redone the standard way), so a tile costs two
-matmuls and one exp pass.
+matmuls and one exp2 pass.
 
 Work units (batch item, head group, query tile) and the projections run on a
-small thread pool with BLAS held to one thread, so the exp passes, which NumPy
+small thread pool with BLAS held to one thread, so the exp2 passes, which NumPy
 runs on one core, are spread over the cores as well as the matmuls.
 """
 
@@ -28,23 +35,25 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from implementations.numpy_mha import NP_DTYPES, NumpyCore
 from suite.problem import Problem
 
-# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core) among query tiles
-# 128-512, key tiles 128-512 and 1-8 heads per unit, at L = 1024-4096: a worker's
-# (4, 512, 256) float32 score tile is 2 MiB. Causal attention uses square 256 tiles.
-BLOCK_Q = 512
-BLOCK_K = 256
-HEADS_PER_UNIT = 4
+# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core, OpenBLAS): one head
+# per unit runs its (256, 512) float32 score tile (512 KiB) at ~72% of one core's matmul
+# peak, ahead of 2-8 heads per batched matmul; causal diagonal strips are 64 query rows.
+BLOCK_Q = 256
+BLOCK_K = 512
+BLOCK_DIAG = 64
+HEADS_PER_UNIT = 1
 # Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
 # in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
 _HI = 2.0**32
 _LO = 2.0**-32
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +64,8 @@ class TileMask:
     row_lens: (B, L) per-query valid lengths, when valid_lens is (B, L).
     causal_offset: query i sees keys j <= i + causal_offset (None: not causal).
     allowed: bool view broadcast to (B, H, L, S), True = may attend (zero strides, no copy).
-    bias: float view broadcast to (B, H, L, S), in the compute dtype (zero strides, no copy).
+    bias: float view broadcast to (B, H, L, S), times log2(e) (base-2 logits), in the
+          compute dtype (zero strides over the user's shape).
     """
 
     key_end: np.ndarray
@@ -80,8 +90,10 @@ def tile_mask(p: Problem, dtype: type) -> TileMask:
         offset = 0 if m.causal_align == "top_left" else S - L
     allowed = None if m.allowed is None else np.broadcast_to(
         np.asarray(m.allowed, dtype=bool), (B, H, L, S))
+    # Base-2 logits (exp2 is twice as fast as exp): the bias is scaled by log2(e) at the
+    # user's shape, in float64 before the cast, then viewed at (B, H, L, S).
     bias = None if m.bias is None else np.broadcast_to(
-        np.asarray(m.bias, dtype=dtype), (B, H, L, S))  # cast at the user's shape, then a view
+        (np.asarray(m.bias, dtype=np.float64) * _LOG2E).astype(dtype), (B, H, L, S))
     return TileMask(key_end, row_lens, offset, allowed, bias)
 
 
@@ -109,11 +121,13 @@ class NumpyFlashMHA(NumpyCore):
     name = "numpy.flash"
     # No "weights": returning (B, H, L, S) would undo the point of the algorithm.
     features = NumpyCore.features
+    memory_model = "linear"  # the sweep's memory prediction: no (B, H, L, S) array
 
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
-                 num_threads: Optional[int] = None, heads_per_unit: int = HEADS_PER_UNIT):
+                 num_threads: Optional[int] = None, heads_per_unit: int = HEADS_PER_UNIT,
+                 block_diag: int = BLOCK_DIAG):
         for arg, val in (("block_q", block_q), ("block_k", block_k),
-                         ("heads_per_unit", heads_per_unit)):
+                         ("heads_per_unit", heads_per_unit), ("block_diag", block_diag)):
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"{arg}: expected a positive int, got {val!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -121,6 +135,7 @@ class NumpyFlashMHA(NumpyCore):
         self.block_q = int(block_q)
         self.block_k = int(block_k)
         self.heads_per_unit = int(heads_per_unit)
+        self.block_diag = int(block_diag)
         self.num_threads = num_threads or os.cpu_count() or 1
         self._pool: Optional[ThreadPoolExecutor] = None
         self._local = threading.local()
@@ -202,7 +217,7 @@ class NumpyFlashMHA(NumpyCore):
 
         with self._one_blas_thread():
             self._map(stage, [(b, h) for b in range(B) for h in range(K)])
-            self._map(lambda u: self._unit(u, q, t(scale), ka, va, out, mask, H // K),
+            self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), ka, va, out, mask, H // K),
                       self._units(B, H, L, H // K, mask))
         return out.astype(q.dtype, copy=False), None
 
@@ -225,8 +240,6 @@ class NumpyFlashMHA(NumpyCore):
         if G > 1:
             hc = max(c for c in range(1, min(hc, G) + 1) if G % c == 0)
         bq = self.block_q
-        if mask.causal_offset is not None:
-            bq = min(bq, self.block_k)  # square diagonal tiles: fewer masked entries computed
         units = [(b, h0, min(h0 + hc, H), i0, min(i0 + bq, L)) for b in range(B)
                  for h0 in range(0, H, hc) for i0 in range(0, L, bq)]
         if mask.causal_offset is not None:
@@ -246,59 +259,90 @@ class NumpyFlashMHA(NumpyCore):
         D = q.shape[3]
         hc, tq = h1 - h0, i1 - i0
         buf = self._buffers(hc, D, out.dtype)
-        qa = buf.q[:hc, :tq]  # (h, Tq, D+1): [q*scale, -m]
-        acc, pv = buf.acc[:hc, :tq], buf.pv[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
-        row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tq, 1) views
-        shift, alpha = buf.shift[:hc, :tq], buf.alpha[:hc, :tq]  # (h, Tq, 1)
+        qa = buf.q[:hc, :tq]  # (h, Tq, D+1): [q*scale*log2(e), -m]
+        acc = buf.acc[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
         np.multiply(q[b, h0:h1, i0:i1], scale, out=qa[..., :D], casting="same_kind")
         qa[..., D] = 0  # m = 0 until a row's first visible tile sets it
         acc.fill(0)
         kv = slice(h0, h1) if G == 1 else slice(h0 // G, h0 // G + 1)  # broadcast over GQA
-        key_end = self._key_end(mask, b, i0, i1)
-        for j0 in range(0, key_end, self.block_k):
-            j1 = min(j0 + self.block_k, key_end)
-            forbid = self._forbidden(mask, b, h0, h1, i0, i1, j0, j1)
-            if forbid is False:
-                continue  # the whole tile is masked: skip its matmuls
-            s = buf.scores[:hc, :tq, : j1 - j0]  # (h, Tq, Tk)
-            v_tile = va[b, kv, j0:j1]  # (h or 1, Tk, D+1)
-            self._logits(s, qa, ka[b, kv], mask, forbid, b, h0, h1, i0, i1, j0, j1)
-            with np.errstate(over="ignore", invalid="ignore"):  # overflow: redone below
-                np.exp(s, out=s)  # against the current m: no max/subtract/rescale pass
-                np.matmul(s, v_tile, out=pv)  # (h, Tq, D+1)
-            # Accept unless a row overflows past HI, or has no mass yet and underflows.
-            if (tile_sum <= _HI).all() and not ((tile_sum < _LO) & (row_sum == 0)).any():
-                acc += pv
-                continue
-            self._logits(s, qa, ka[b, kv], mask, forbid, b, h0, h1, i0, i1, j0, j1)
-            # Standard online-softmax step: raise m to the tile's row max where it grew.
-            np.max(s, axis=-1, keepdims=True, out=shift)
-            grow = np.isfinite(shift) & ((shift > 0) | (row_sum == 0))
-            np.copyto(shift, 0, where=~grow)  # rows that keep their m (or see no key)
-            s -= shift
-            np.exp(s, out=s)  # softmax numerators in the compute dtype
-            np.negative(shift, out=alpha)
-            with np.errstate(over="ignore"):  # inf only where row_sum == 0, replaced next
-                np.exp(alpha, out=alpha)  # rescales the old sum and accumulator
-            np.copyto(alpha, 1, where=row_sum == 0)  # nothing to rescale (and no 0*inf)
-            np.matmul(s, v_tile, out=pv)  # (h, Tq, D+1)
-            acc *= alpha
-            acc += pv
-            qa[..., D:] -= shift
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: the tile is redone
+            for r0, r1, j0, j1 in self._tiles(mask, b, i0, i1):
+                forbid = self._forbidden(mask, b, h0, h1, r0, r1, j0, j1)
+                if forbid is not False:  # False: the whole tile is masked, skip its matmuls
+                    self._tile(buf, slice(r0 - i0, r1 - i0), ka[b, kv], va[b, kv, j0:j1],
+                               mask, forbid, b, h0, h1, r0, r1, j0, j1)
         # A fully masked query row has no key: row sum 0, its head output stays 0.
+        row_sum = acc[..., D:]  # (h, Tq, 1)
         np.copyto(row_sum, 1, where=row_sum == 0)
         np.divide(acc[..., :D], row_sum, out=out[b, h0:h1, i0:i1])
 
+    def _tiles(self, mask: TileMask, b: int, i0: int, i1: int) -> Iterator[Tuple[int, int, int, int]]:
+        """(r0, r1, j0, j1): the query rows and keys of each tile of query tile [i0, i1).
+
+        Keys every row may see come in full-height tiles of ``block_k``; with a causal mask
+        the diagonal square after them is cut into row strips of ``block_diag``, each ending
+        at its own last visible key, so only strip-sized triangles above the diagonal are
+        computed and masked.
+        """
+        key_end = self._key_end(mask, b, i0, i1)
+        full_end = key_end
+        if mask.causal_offset is not None:
+            full_end = min(key_end, max(i0 + mask.causal_offset, 0))  # seen by row i0 on
+        for j0 in range(0, full_end, self.block_k):
+            yield i0, i1, j0, min(j0 + self.block_k, full_end)
+        if full_end < key_end:
+            for r0 in range(i0, i1, self.block_diag):
+                r1 = min(r0 + self.block_diag, i1)
+                end = min(key_end, r1 + mask.causal_offset)  # row r1 - 1's last key + 1
+                for j0 in range(full_end, end, self.block_k):
+                    yield r0, r1, j0, min(j0 + self.block_k, end)
+
+    def _tile(self, buf: _Buffers, rows: slice, ka: np.ndarray, v_tile: np.ndarray,
+              mask: TileMask, forbid: Any, b: int, h0: int, h1: int, r0: int, r1: int,
+              j0: int, j1: int) -> None:
+        """Fold keys [j0, j1) into rows [r0, r1) of the unit's accumulator (``rows`` the same
+        rows relative to the unit); ka (h or 1, S, D+1), v_tile (h or 1, Tk, D+1)."""
+        hc, D = h1 - h0, ka.shape[-1] - 1
+        qa = buf.q[:hc, rows]  # (h, Tr, D+1)
+        acc, pv = buf.acc[:hc, rows], buf.pv[:hc, rows]  # (h, Tr, D+1)
+        row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tr, 1) views
+        s = buf.scores[:hc, : r1 - r0, : j1 - j0]  # (h, Tr, Tk)
+        self._logits(s, qa, ka, mask, b, h0, h1, r0, r1, j0, j1)
+        np.exp2(s, out=s)  # against the current m: no max/subtract/rescale pass
+        if forbid is not None:
+            # Masked weights are exactly 0, set after exp2 (whose -inf and underflow lanes take
+            # a slow path), so garbage keys' NaN/inf never reach the sums.
+            np.copyto(s, 0, where=forbid)
+        np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
+        # Accept unless a row overflows past HI, or has no mass yet and underflows.
+        if (tile_sum <= _HI).all() and not ((tile_sum < _LO) & (row_sum == 0)).any():
+            acc += pv
+            return
+        shift, alpha = buf.shift[:hc, rows], buf.alpha[:hc, rows]  # (h, Tr, 1)
+        self._logits(s, qa, ka, mask, b, h0, h1, r0, r1, j0, j1)
+        if forbid is not None:
+            np.copyto(s, -np.inf, where=forbid)  # assign, not add: garbage keys may be NaN
+        # Standard online-softmax step: raise m to the tile's row max where it grew.
+        np.max(s, axis=-1, keepdims=True, out=shift)
+        grow = np.isfinite(shift) & ((shift > 0) | (row_sum == 0))
+        np.copyto(shift, 0, where=~grow)  # rows that keep their m (or see no key)
+        s -= shift
+        np.exp2(s, out=s)  # softmax numerators (base 2) in the compute dtype
+        np.negative(shift, out=alpha)
+        np.exp2(alpha, out=alpha)  # rescales the old sum and accumulator; inf if row_sum == 0
+        np.copyto(alpha, 1, where=row_sum == 0)  # nothing to rescale (and no 0*inf)
+        np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
+        acc *= alpha
+        acc += pv
+        qa[..., D:] -= shift
+
     @staticmethod
-    def _logits(s: np.ndarray, qa: np.ndarray, ka: np.ndarray, mask: TileMask, forbid: Any,
+    def _logits(s: np.ndarray, qa: np.ndarray, ka: np.ndarray, mask: TileMask,
                 b: int, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> None:
-        """s = q.k*scale - m (+ bias), masked entries exactly -inf; ka (h or 1, S, D+1)."""
+        """s = (q.k*scale - m + bias) * log2(e), masks not applied; ka (h or 1, S, D+1)."""
         np.matmul(qa, ka[:, j0:j1].transpose(0, 2, 1), out=s)  # (h, Tq, Tk)
         if mask.bias is not None:
             s += mask.bias[b, h0:h1, i0:i1, j0:j1]
-        if forbid is not None:
-            # Masked scores are exactly -inf (never NaN from garbage keys): assign, not add.
-            np.copyto(s, -np.inf, where=forbid)
 
     def _key_end(self, mask: TileMask, b: int, i0: int, i1: int) -> int:
         """Keys past this are hidden from every query in [i0, i1): valid_lens and causal."""
@@ -365,7 +409,8 @@ class NumpyFlashMHA(NumpyCore):
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"block_q": self.block_q, "block_k": self.block_k,
-                "num_threads": self.num_threads, "heads_per_unit": self.heads_per_unit}
+                "num_threads": self.num_threads, "heads_per_unit": self.heads_per_unit,
+                "block_diag": self.block_diag}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)

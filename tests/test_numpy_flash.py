@@ -1,7 +1,8 @@
 """numpy.flash against the float64 oracle and the float32 naive rule, and its memory growth.
 
-Small tiles (``block_q``/``block_k`` of a few rows) make every test cross many tile
-edges, so lengths 113 and 203 end in partial tiles and causal masks cut tiles in two.
+Small tiles (``block_q``/``block_k``/``block_diag`` of a few rows) make every test cross
+many tile edges, so lengths 113 and 203 end in partial tiles and causal masks cut tiles
+into diagonal strips.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ F64_TOL = 1e-10
 F32_K, F32_ATOL = 2.0, 1e-6  # err(flash) <= 2 * err(naive float32) + 1e-6
 
 
-def _impl(block_q: int = 16, block_k: int = 8, threads: int = 2, heads: int = 2):
+def _impl(block_q: int = 16, block_k: int = 8, threads: int = 2, heads: int = 2,
+          diag: int = 5):
     return NumpyFlashMHA(block_q=block_q, block_k=block_k, num_threads=threads,
-                         heads_per_unit=heads)
+                         heads_per_unit=heads, block_diag=diag)
 
 
 def check(p: Problem, impl: Optional[NumpyFlashMHA] = None, dtypes=("float64", "float32")):
@@ -92,13 +94,14 @@ def test_gqa(H, K, heads):
     check(p, _impl(heads=heads))
 
 
-@pytest.mark.parametrize("tiles", [(1, 1), (5, 3), (7, 11), (64, 32), (512, 256)])
+@pytest.mark.parametrize("tiles", [(1, 1, 1), (5, 3, 2), (7, 11, 3), (16, 8, 16), (64, 32, 16),
+                                   (256, 512, 64)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tile_sizes_and_threads(tiles, threads):
     rng = np.random.default_rng(1)
     mask = _mask_parts(rng, "row_lens+causal_br+bool+bias", 2, 2, 29, 41)
     p = make_problem(5, 2, 29, 41, 8, 2, mask=mask).validate()
-    check(p, _impl(*tiles, threads=threads))
+    check(p, _impl(*tiles[:2], threads=threads, diag=tiles[2]))
 
 
 @pytest.mark.parametrize("scale,input_scale", [(0.05, 4.0), (-1.0, 1.0), (3.0, 1.0), (3.0, 4.0)])
@@ -178,22 +181,25 @@ def test_float16_runs_within_the_naive_rule():
 
 
 def test_causal_skips_tiles_above_the_diagonal():
-    """Causal attention computes about half the key tiles (the diagonal ones in full)."""
-    calls = []
+    """Causal attention computes about half the scores: whole tiles below the diagonal and
+    row strips across it, so only strip-sized triangles above it are computed."""
+    sizes = []
 
     class Counting(NumpyFlashMHA):
         @staticmethod
         def _logits(s, *args):
-            calls.append(s.size)
+            sizes.append(s.size)
             NumpyFlashMHA._logits(s, *args)
 
-    impl = Counting(block_q=8, block_k=8, num_threads=1, heads_per_unit=1)
-    p = make_problem(1, 1, 64, 64, 4, 1).validate()
+    L, diag = 64, 2
+    impl = Counting(block_q=8, block_k=8, num_threads=1, heads_per_unit=1, block_diag=diag)
+    p = make_problem(1, 1, L, L, 4, 1).validate()
     impl(p, "cpu", "float32")
-    full = len(calls)
-    calls.clear()
+    assert (len(sizes), sum(sizes)) == (64, L * L)
+    sizes.clear()
     impl(dataclass_replace_mask(p, Mask(causal=True)), "cpu", "float32")
-    assert full == 64 and len(calls) == 8 * 9 // 2, (full, len(calls))
+    needed = L * (L + 1) // 2
+    assert needed <= sum(sizes) <= needed + L * diag // 2, (sum(sizes), needed)
 
 
 def dataclass_replace_mask(p: Problem, mask: Mask) -> Problem:
@@ -209,6 +215,8 @@ def test_declares_no_weights_and_refuses_them():
         impl.prepare(p, "cpu", "float32", need_weights=True)
     with pytest.raises(ValueError, match="block_q"):
         NumpyFlashMHA(block_q=0)
+    with pytest.raises(ValueError, match="block_diag"):
+        NumpyFlashMHA(block_diag=0)
 
 
 def _attend_peak_bytes(impl, L: int, H: int = 4, D: int = 16) -> int:
