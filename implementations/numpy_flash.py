@@ -31,6 +31,7 @@ runs on one core, are spread over the cores as well as the matmuls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -42,12 +43,13 @@ import numpy as np
 from implementations.numpy_mha import NP_DTYPES, NumpyCore
 from suite.problem import Problem
 
-# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core, OpenBLAS): one head
-# per unit runs its (256, 512) float32 score tile (512 KiB) at ~72% of one core's matmul
-# peak, ahead of 2-8 heads per batched matmul; causal diagonal strips are 64 query rows.
-BLOCK_Q = 256
+# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core, OpenBLAS), one thread,
+# among query tiles 128-512, key tiles 256-1024, diagonal strips 32-256 and 1-8 heads per
+# unit: one head per unit beats batched heads, and a (512, 512) float32 score tile (1 MiB)
+# runs the tile pipeline at ~65-70% of one core's matmul peak.
+BLOCK_Q = 512
 BLOCK_K = 512
-BLOCK_DIAG = 64
+BLOCK_DIAG = 128
 HEADS_PER_UNIT = 1
 # Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
 # in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
@@ -204,20 +206,20 @@ class NumpyFlashMHA(NumpyCore):
         t = _compute_dtype(q.dtype)
         # Augmented operands, so the matmuls also do the row-offset subtraction and row sum:
         # [q*scale, -m] @ [k, 1]^T = q.k*scale - m, and p @ [v, 1] = [p @ v, sum(p)].
-        ka = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1); BLAS reads it transposed
+        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S): q @ k^T reads it untransposed
         va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
         out = np.empty((B, L, H, D), t).transpose(0, 2, 1, 3)  # (B, H, L, D) view
 
         def stage(bh: Tuple[int, int]) -> None:  # the copies run on the workers too
             b, h = bh
-            np.copyto(ka[b, h, :, :D], k[b, h], casting="same_kind")
-            ka[b, h, :, D] = 1
+            np.copyto(kt[b, h, :D], k[b, h].T, casting="same_kind")
+            kt[b, h, D] = 1
             np.copyto(va[b, h, :, :D], v[b, h], casting="same_kind")
             va[b, h, :, D] = 1
 
         with self._one_blas_thread():
             self._map(stage, [(b, h) for b in range(B) for h in range(K)])
-            self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), ka, va, out, mask, H // K),
+            self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask, H // K),
                       self._units(B, H, L, H // K, mask))
         return out.astype(q.dtype, copy=False), None
 
@@ -247,7 +249,7 @@ class NumpyFlashMHA(NumpyCore):
         return units
 
     def _unit(self, unit: Tuple[int, int, int, int, int], q: np.ndarray, scale: Any,
-              ka: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
+              kt: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
               G: int) -> None:
         """One query tile of one head group: a single pass over its visible key tiles.
 
@@ -269,7 +271,7 @@ class NumpyFlashMHA(NumpyCore):
             for r0, r1, j0, j1 in self._tiles(mask, b, i0, i1):
                 forbid = self._forbidden(mask, b, h0, h1, r0, r1, j0, j1)
                 if forbid is not False:  # False: the whole tile is masked, skip its matmuls
-                    self._tile(buf, slice(r0 - i0, r1 - i0), ka[b, kv], va[b, kv, j0:j1],
+                    self._tile(buf, slice(r0 - i0, r1 - i0), kt[b, kv, :, j0:j1], va[b, kv, j0:j1],
                                mask, forbid, b, h0, h1, r0, r1, j0, j1)
         # A fully masked query row has no key: row sum 0, its head output stays 0.
         row_sum = acc[..., D:]  # (h, Tq, 1)
@@ -297,29 +299,30 @@ class NumpyFlashMHA(NumpyCore):
                 for j0 in range(full_end, end, self.block_k):
                     yield r0, r1, j0, min(j0 + self.block_k, end)
 
-    def _tile(self, buf: _Buffers, rows: slice, ka: np.ndarray, v_tile: np.ndarray,
+    def _tile(self, buf: _Buffers, rows: slice, k_tile: np.ndarray, v_tile: np.ndarray,
               mask: TileMask, forbid: Any, b: int, h0: int, h1: int, r0: int, r1: int,
               j0: int, j1: int) -> None:
         """Fold keys [j0, j1) into rows [r0, r1) of the unit's accumulator (``rows`` the same
-        rows relative to the unit); ka (h or 1, S, D+1), v_tile (h or 1, Tk, D+1)."""
-        hc, D = h1 - h0, ka.shape[-1] - 1
+        rows relative to the unit); k_tile (h or 1, D+1, Tk), v_tile (h or 1, Tk, D+1)."""
+        hc, D = h1 - h0, v_tile.shape[-1] - 1
         qa = buf.q[:hc, rows]  # (h, Tr, D+1)
         acc, pv = buf.acc[:hc, rows], buf.pv[:hc, rows]  # (h, Tr, D+1)
         row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tr, 1) views
         s = buf.scores[:hc, : r1 - r0, : j1 - j0]  # (h, Tr, Tk)
-        self._logits(s, qa, ka, mask, b, h0, h1, r0, r1, j0, j1)
+        self._logits(s, qa, k_tile, mask, b, h0, h1, r0, r1, j0, j1)
         np.exp2(s, out=s)  # against the current m: no max/subtract/rescale pass
         if forbid is not None:
             # Masked weights are exactly 0, set after exp2 (whose -inf and underflow lanes take
             # a slow path), so garbage keys' NaN/inf never reach the sums.
             np.copyto(s, 0, where=forbid)
         np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
-        # Accept unless a row overflows past HI, or has no mass yet and underflows.
-        if (tile_sum <= _HI).all() and not ((tile_sum < _LO) & (row_sum == 0)).any():
+        # Accept unless a row overflows past HI (or is NaN), or has no mass yet and underflows.
+        if tile_sum.max() <= _HI and (tile_sum.min() >= _LO
+                                      or not ((tile_sum < _LO) & (row_sum == 0)).any()):
             acc += pv
             return
         shift, alpha = buf.shift[:hc, rows], buf.alpha[:hc, rows]  # (h, Tr, 1)
-        self._logits(s, qa, ka, mask, b, h0, h1, r0, r1, j0, j1)
+        self._logits(s, qa, k_tile, mask, b, h0, h1, r0, r1, j0, j1)
         if forbid is not None:
             np.copyto(s, -np.inf, where=forbid)  # assign, not add: garbage keys may be NaN
         # Standard online-softmax step: raise m to the tile's row max where it grew.
@@ -337,10 +340,10 @@ class NumpyFlashMHA(NumpyCore):
         qa[..., D:] -= shift
 
     @staticmethod
-    def _logits(s: np.ndarray, qa: np.ndarray, ka: np.ndarray, mask: TileMask,
+    def _logits(s: np.ndarray, qa: np.ndarray, k_tile: np.ndarray, mask: TileMask,
                 b: int, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> None:
-        """s = (q.k*scale - m + bias) * log2(e), masks not applied; ka (h or 1, S, D+1)."""
-        np.matmul(qa, ka[:, j0:j1].transpose(0, 2, 1), out=s)  # (h, Tq, Tk)
+        """s = (q.k*scale - m + bias) * log2(e), masks not applied; k_tile (h or 1, D+1, Tk)."""
+        np.matmul(qa, k_tile, out=s)  # (h, Tq, Tk)
         if mask.bias is not None:
             s += mask.bias[b, h0:h1, i0:i1, j0:j1]
 
@@ -358,19 +361,18 @@ class NumpyFlashMHA(NumpyCore):
         """The tile's masked entries: None (none masked), False (all masked) or a bool array
         broadcastable to (h, Tq, Tk) (head-free parts stay (Tq, Tk))."""
         forbid = None
-        keys = np.arange(j0, j1)  # (Tk,)
         if mask.row_lens is not None:
             lens = mask.row_lens[b, i0:i1]  # (Tq,)
             if j0 >= lens.max():
                 return False
             if j1 > lens.min():
-                forbid = keys[None, :] >= lens[:, None]  # (Tq, Tk)
+                forbid = np.arange(j0, j1)[None, :] >= lens[:, None]  # (Tq, Tk)
         if mask.causal_offset is not None:
-            last = np.arange(i0, i1) + mask.causal_offset  # (Tq,) last visible key per row
-            if j0 > last[-1]:
+            last = mask.causal_offset + i0  # row i0's last visible key; row i0 + x's is last + x
+            if j0 > last + (i1 - i0 - 1):
                 return False
-            if j1 - 1 > last[0]:
-                part = keys[None, :] > last[:, None]  # (Tq, Tk)
+            if j1 - 1 > last:
+                part = _above_diagonal(i1 - i0, j1 - j0, last - j0)  # (Tq, Tk), shared
                 forbid = part if forbid is None else np.logical_or(forbid, part, out=forbid)
         if mask.allowed is not None:
             heads = slice(h0, h1) if mask.allowed.strides[1] else slice(h0, h0 + 1)
@@ -414,6 +416,15 @@ class NumpyFlashMHA(NumpyCore):
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)
+
+
+@functools.lru_cache(maxsize=64)
+def _above_diagonal(rows: int, cols: int, shift: int) -> np.ndarray:
+    """Read-only (rows, cols) bool, True where col > row + shift (a causal tile's masked part);
+    cached, since aligned tiles repeat a handful of shapes and shifts."""
+    tri = np.arange(cols)[None, :] > np.arange(shift, rows + shift)[:, None]  # (Tq, Tk)
+    tri.setflags(write=False)
+    return tri
 
 
 def _compute_dtype(dtype: Any) -> type:
