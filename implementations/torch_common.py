@@ -1,20 +1,30 @@
 """The PyTorch adapter: device and dtype handling, projections, mask translation, gradients.
 
-A torch kernel that only computes attention subclasses ``TorchCore`` and writes
-``attend``; the adapter does the rest::
+``TorchCore`` moves inputs and weights to the device once (untimed), projects q, k, v,
+splits heads, calls ``attend``, merges heads and projects the output, under
+``torch.inference_mode()`` or, with ``grad=True``, with autograd (forward + backward of
+``sum(out * cotangent(problem))``). A torch kernel that only computes attention from
+per-head q, k, v subclasses it and writes ``attend``; the adapter does the rest::
 
-    from implementations.torch_common import TorchCore
+    import torch
+    from implementations.torch_common import TorchCore, masked_softmax
 
     class MyKernel(TorchCore):
         name = "mine.torch"
+        features = TorchCore.features  # masks, cross, GQA, scale, grad: narrow if needed
 
         def attend(self, q, k, v, mask, scale, need_weights):
-            # q (B, H, L, D); k, v (B, H, S, D) (kv heads already repeated for GQA);
-            # mask.bias: float (B, H|1, L, S) with -inf where masked, or None.
-            s = q @ k.transpose(-1, -2) * scale
+            # q (B, H, L, D); k, v (B, H, S, D), kv heads already repeated for GQA
+            # (set ``repeat_kv = False`` to get them as (B, K, S, D));
+            # mask.bias: float (B, H|1, L, S) with -inf where not allowed, or None.
+            s = q @ k.transpose(-1, -2) * scale  # (B, H, L, S)
             if mask.bias is not None:
                 s = s + mask.bias
-            return torch.softmax(s, -1).nan_to_num(0.0) @ v, None
+            return masked_softmax(s) @ v, None  # heads (B, H, L, D), no weights
+
+Register it with ``--plugin path/to/file.py:MyKernel``. ``mask`` also carries
+``allowed`` (bool, True = attend), ``causal_only`` (the whole mask is top-left causal)
+and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded values (NaN padding).
 """
 
 from __future__ import annotations

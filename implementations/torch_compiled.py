@@ -1,15 +1,19 @@
 """torch.compile of the eager implementation, and FlexAttention, where they work here.
 
-Compilation happens in ``prepare`` (a warm call, untimed); its seconds go to
-``state["compile_s"]``. Compiled callables are cached per shape and dtype, so a
-second prepare of the same shape does not recompile.
+Compilation happens in ``prepare`` (a warm call, untimed); the seconds of that call go to
+``state["compile_s"]``. Each plugin instance keeps its compiled callable, and dynamo
+caches the compiled graphs per shape, dtype and mask kind, so a second prepare of the
+same shape does not recompile (its warm call then costs one run). ``variants()``
+registers each only where a tiny probe compiles and runs on the CPU; why one was
+dropped is kept in ``DROPPED``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
@@ -17,14 +21,15 @@ from implementations.torch_eager import TorchEager
 
 
 class TorchCompiled(TorchEager):
-    """``torch.compile`` of torch.eager's attention core (inductor, static shapes)."""
+    """``torch.compile`` of torch.eager's attention core (inductor; shapes turn dynamic
+    after the first recompile)."""
 
     name = "torch.compile"
     features = TorchEager.features - {"weights"}
 
     def __init__(self) -> None:
-        self._compiled = torch.compile(self._core)  # shapes become dynamic after a recompile
-        self._seen: set = set()
+        # Shapes become dynamic after a recompile, so a sweep stays under dynamo's recompile limit.
+        self._compiled = torch.compile(self._core)
 
     @staticmethod
     def _core(q, k, v, bias, allowed, dead, scale: float):
@@ -43,74 +48,107 @@ class TorchCompiled(TorchEager):
         return self._compiled(q, k, v, mask.bias, mask.allowed, dead, scale), None
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
-        p = state["p"]
-        key = (p.B, p.L, p.S, p.H, p.K, p.D, str(state["tensors"]["query"].dtype),
-               tuple(sorted(p.mask.kinds)), state["grad"])
-        if key in self._seen:
-            state["compile_s"] = 0.0
-            return
-        start = time.perf_counter()
-        self.run(state)  # the first call compiles
-        self.synchronize(state)
-        state["compile_s"] = time.perf_counter() - start
-        self._seen.add(key)
+        state["compile_s"] = warm_call(self, state)
 
 
 class TorchFlex(TorchCore):
-    """FlexAttention (``torch.nn.attention.flex_attention``) with the mask as a score_mod."""
+    """FlexAttention (``torch.nn.attention.flex_attention``) with the whole mask as a score_mod.
+
+    The score_mod reads the bias and the allowed mask through one flat index: indexing a
+    (B, H, L, S) tensor by head fails to compile on the CPU (inductor CppCompileError,
+    measured, torch 2.13). Values go in untouched, so NaN padding shows as the library
+    handles it.
+    """
 
     name = "torch.flex"
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale"})
+    deviations = {
+        "nan_padding": "NaN in a padded value position gives NaN rows: the masked weight is 0 "
+                       "and 0 * NaN is NaN in weights @ v (NaN keys are dropped by the mask) "
+                       f"(measured on the CPU, torch {torch.__version__})"}
     repeat_kv = False
-
-    def dtypes(self, device: str):
-        # On the CPU FlexAttention takes float32/16 and bfloat16 only (measured, torch 2.13).
-        return ("float32", "float16", "bfloat16")
 
     def __init__(self) -> None:
         from torch.nn.attention.flex_attention import flex_attention
 
-        self._flex = torch.compile(flex_attention)
-        self._seen: set = set()
+        # Static shapes: FlexAttention's dynamic-shape CPU kernel fails to build (inductor
+        # CppCompileError, measured, torch 2.13), so each shape compiles once; the limit is
+        # raised so a sweep's shapes fit, and warm_call refuses a silent eager fallback.
+        self._flex = torch.compile(flex_attention, dynamic=False)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        # FlexAttention's CPU lowering takes float32, float16 and bfloat16 only (measured).
+        return [d for d in super().dtypes(device) if d != "float64"]
 
     def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
         if mask.bias is not None:
-            bias = mask.bias  # (B, H|1, L, S), -inf where masked
-            per_head = bias.shape[1] != 1
+            B, Hm, L, S = mask.bias.shape  # Hm is H or 1 (head-free mask)
+            bias = mask.bias.reshape(-1)  # (B*Hm*L*S,)
+            allowed = mask.allowed.expand(B, Hm, L, S).reshape(-1)  # (B*Hm*L*S,)
 
             def score_mod(score, b, h, q_idx, kv_idx):
-                return score + bias[b, h if per_head else 0, q_idx, kv_idx]
+                i = ((b * Hm + (h if Hm > 1 else 0)) * L + q_idx) * S + kv_idx
+                # Masked scores are exactly -inf, whatever a padded key holds.
+                return torch.where(allowed[i], score + bias[i], float("-inf"))
 
             kw["score_mod"] = score_mod
-            v = zero_dead_values(v, mask)
-        return self._flex(q, k, v, **kw), None
+        return self._flex(q, k, v, **kw), None  # (B, H, L, D)
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
-        p = state["p"]
-        key = (p.B, p.L, p.S, p.H, p.K, p.D, str(state["tensors"]["query"].dtype),
-               tuple(sorted(p.mask.kinds)))
-        if key in self._seen:
-            state["compile_s"] = 0.0
-            return
-        start = time.perf_counter()
-        self.run(state)
-        state["compile_s"] = time.perf_counter() - start
-        self._seen.add(key)
+        state["compile_s"] = warm_call(self, state)
+
+
+def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:
+    """Seconds of one untimed call (compiling on first use of a shape), barrier included.
+
+    Past dynamo's recompile limit a compiled function quietly runs eagerly; here that is
+    an error instead, so a sweep never times the eager code under a compiled name.
+    """
+    import torch._dynamo
+
+    start = time.perf_counter()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        impl.run(state)
+    impl.synchronize(state)
+    return time.perf_counter() - start
+
+
+# name -> why that variant is not registered here (filled by ``variants()``).
+DROPPED: Dict[str, str] = {}
+_PROBED: Dict[str, Optional[str]] = {}
+
+
+def _probe(cls: type) -> Optional[str]:
+    """None when a tiny masked float32 problem compiles and runs on the CPU, else why not."""
+    from suite.problem import Mask, make_problem
+
+    p = make_problem(0, B=2, L=5, S=7, E=8, H=2, mask=Mask(valid_lens=np.array([7, 3])))
+    try:
+        impl = cls()
+        state = impl.prepare(p, "cpu", "float32")
+        out = impl.fetch(state, impl.run(state)).output
+    except Exception as exc:  # any compile failure means: not usable here
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return None if np.isfinite(out).all() else "the probe gave non-finite output"
 
 
 def variants() -> List[type]:
-    """The compiled variants, where their prerequisites are present.
-
-    Cheap checks only (a real compile takes seconds, too long for every ``list``): inductor
-    on the CPU needs a C++ compiler; FlexAttention needs torch >= 2.5. A compile that then
-    fails shows as an error of that implementation, not a crash.
-    """
-    import shutil
-
-    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
-        return []
-    # TorchFlex is not registered yet: on the CPU with torch 2.13, inductor fails to compile
-    # (CppCompileError) a score_mod that reads a bias tensor, and NaN padding leaks through.
-    return [TorchCompiled]
+    """The compiled variants whose probe compiles and runs here (probed once per process)."""
+    candidates: List[type] = [TorchCompiled]
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+        candidates.append(TorchFlex)
+    except ImportError as exc:
+        DROPPED[TorchFlex.name] = f"torch.nn.attention.flex_attention is missing: {exc}"
+    out = []
+    for cls in candidates:
+        if cls.name not in _PROBED:
+            _PROBED[cls.name] = _probe(cls)
+        if _PROBED[cls.name] is None:
+            out.append(cls)
+        else:
+            DROPPED[cls.name] = _PROBED[cls.name]
+    return out

@@ -1,13 +1,18 @@
-"""torch.nn: ``torch.nn.MultiheadAttention`` with the canonical weights copied in.
+"""torch.nn: ``torch.nn.MultiheadAttention(batch_first=True)`` with the canonical weights copied in.
 
 Layouts: its ``in_proj_weight`` is (3E, E) and ``out_proj.weight`` (E, E), both
 left-multiply (y = x W^T), so the canonical right-multiply weights go in transposed.
-Its boolean masks have the inverted polarity: True = NOT allowed.
+Its boolean masks have the inverted polarity: True = NOT allowed. ``valid_lens`` of
+shape (B,) becomes ``key_padding_mask`` (B, S); every other part goes to ``attn_mask``,
+boolean (L, S) or (B*H, L, S) when there is no bias, else float (bias, -inf where masked).
+Self-attention without gradients passes one tensor as query, key and value, so torch
+may take its inference fast path, as it would for a user's model in eval mode.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import dataclasses
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -24,15 +29,23 @@ class TorchNN(TorchCore):
                           "cross", "weights", "grad"})
     deviations = {
         "fully_masked_rows": "a query row with no key to attend gives NaN, not a zero head "
-                             f"output (measured, torch {torch.__version__})",
-        "nan_padding": "NaN in a padded key position gives NaN rows: the mask is added to "
-                       f"q.k^T and NaN + -inf is NaN (measured, torch {torch.__version__})",
+                             "output, with need_weights=True (explicit softmax) and on the "
+                             "self-attention inference fast path; the SDPA path gives zeros "
+                             f"(measured, torch {torch.__version__})",
+        "nan_padding": "NaN in a padded key or value position gives NaN rows: masking adds -inf "
+                       "to q.k^T (NaN + -inf is NaN) and 0 * NaN is NaN in weights @ v "
+                       f"(measured, torch {torch.__version__})",
     }
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
         if dtype not in TORCH_DTYPES:
             raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        if problem.K != problem.H:
+            raise ValueError(f"num_kv_heads: torch.nn.MultiheadAttention has no GQA, expected "
+                             f"{problem.H}, got {problem.K}")
         p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
         w = p.weights
         has_bias = w.b_q is not None
@@ -51,25 +64,34 @@ class TorchNN(TorchCore):
             x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
             return x.requires_grad_(True) if grad else x
 
-        inputs = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
+        if not grad and p.key is p.query and p.value is p.query:
+            x = put(p.query)  # one tensor: eligible for MultiheadAttention's fast path
+            inputs = {"query": x, "key": x, "value": x}
+        else:  # separate leaves, so each gets its own gradient
+            inputs = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
+        attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
         return {"p": p, "device": dev, "mha": mha, "inputs": inputs, "grad": grad,
-                "need_weights": need_weights, "mask": _attn_mask(p, dev, t),
+                "need_weights": need_weights, "attn_mask": attn_mask,
+                "key_padding_mask": key_padding_mask,
                 "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
                 "compile_s": None}
 
+    def _call(self, s: Dict[str, Any]):
+        x = s["inputs"]
+        return s["mha"](x["query"], x["key"], x["value"], attn_mask=s["attn_mask"],
+                        key_padding_mask=s["key_padding_mask"], need_weights=s["need_weights"],
+                        average_attn_weights=False)  # weights (B, H, L, S)
+
     def run(self, s: Dict[str, Any]):
-        x, mha = s["inputs"], s["mha"]
-        if s["grad"]:
-            mha.zero_grad(set_to_none=True)
-            for v in x.values():
-                v.grad = None
-            out, weights = mha(x["query"], x["key"], x["value"], attn_mask=s["mask"],
-                               need_weights=s["need_weights"], average_attn_weights=False)
-            out.backward(s["cotangent"])
-            return out.detach(), weights
-        with torch.inference_mode():
-            return mha(x["query"], x["key"], x["value"], attn_mask=s["mask"],
-                       need_weights=s["need_weights"], average_attn_weights=False)
+        if not s["grad"]:
+            with torch.inference_mode():
+                return self._call(s)
+        s["mha"].zero_grad(set_to_none=True)
+        for v in s["inputs"].values():
+            v.grad = None
+        out, weights = self._call(s)
+        out.backward(s["cotangent"])
+        return out.detach(), None if weights is None else weights.detach()
 
     def fetch(self, s: Dict[str, Any], handle) -> Result:
         out, weights = handle
@@ -88,13 +110,31 @@ class TorchNN(TorchCore):
         return Result(_np(out), None if weights is None else _np(weights), grads)
 
 
-def _attn_mask(p: Problem, dev: torch.device, t: torch.dtype):
-    """The canonical mask as MultiheadAttention's float attn_mask (B*H, L, S), or None.
+def torch_nn_masks(p: Problem, dev: torch.device, t: torch.dtype
+                   ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The canonical mask as MultiheadAttention's (attn_mask, key_padding_mask).
 
-    A float mask is added to the logits, so it carries the bias and -inf where masked;
-    (a bool one would need True = NOT allowed, the inverse of the canonical polarity).
+    Both use its polarity: a bool True means NOT allowed; a float is added to the logits.
     """
-    if p.mask.is_empty():
-        return None
-    bias = p.mask.dense_bias(p.B, p.H, p.L, p.S)  # (B, H, L, S), -inf where masked
-    return torch.as_tensor(bias.reshape(p.B * p.H, p.L, p.S), device=dev).to(t)
+    m, B, H, L, S = p.mask, p.B, p.H, p.L, p.S
+    padded = None
+    if m.valid_lens is not None and np.ndim(m.valid_lens) == 1:
+        padded = np.arange(S)[None, :] >= np.asarray(m.valid_lens)[:, None]  # (B, S)
+        m = dataclasses.replace(m, valid_lens=None)
+    attn_mask = None
+    if m.bias is not None:
+        bias = m.dense_bias(B, H, L, S)  # (B, H, L, S), -inf where masked
+        attn_mask = torch.as_tensor(bias.reshape(B * H, L, S), device=dev).to(t)
+    elif not m.is_empty():
+        blocked = ~m.dense_allowed(B, H, L, S)  # (B, H, L, S), True = NOT allowed
+        same = (blocked == blocked[:1, :1]).all()
+        blocked = blocked[0, 0] if same else blocked.reshape(B * H, L, S)  # (L, S) or (B*H, L, S)
+        attn_mask = torch.as_tensor(blocked, device=dev)
+    key_padding_mask = None
+    if padded is not None:
+        key_padding_mask = torch.as_tensor(padded, device=dev)
+        if attn_mask is not None and attn_mask.is_floating_point():
+            # Mixed bool/float masks are deprecated: pass padding as -inf too.
+            key_padding_mask = torch.zeros(B, S, device=dev, dtype=t).masked_fill(
+                key_padding_mask, float("-inf"))
+    return attn_mask, key_padding_mask

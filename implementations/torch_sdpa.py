@@ -14,7 +14,7 @@ from typing import Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchCore, TorchMask, cuda_available, zero_dead_values
+from implementations.torch_common import TorchCore, TorchMask, cuda_available
 
 
 def _has_gqa() -> bool:
@@ -29,6 +29,7 @@ def _has_gqa() -> bool:
 
 HAS_GQA = _has_gqa()
 
+
 def _sdpa(q, k, v, mask: TorchMask, scale: float) -> torch.Tensor:
     kw = {"scale": scale}
     if HAS_GQA and q.shape[1] != k.shape[1]:
@@ -37,16 +38,18 @@ def _sdpa(q, k, v, mask: TorchMask, scale: float) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
     if mask.bias is None:
         return F.scaled_dot_product_attention(q, k, v, **kw)
-    v = zero_dead_values(v, mask)
-    # A float mask carries both the bias and -inf where masked.
+    # A float mask carries both the bias and -inf where masked; values go in untouched, so
+    # NaN padding shows as the library handles it (the declared nan_padding deviation).
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bias, **kw)
+
 
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
     repeat_kv = not HAS_GQA
     deviations: Dict[str, str] = {
-        "nan_padding": f"NaN in a masked key position gives NaN rows: SDPA adds the mask to "
-                       f"q.k^T and NaN + -inf is NaN (measured, torch {torch.__version__})"}
+        "nan_padding": "NaN in a masked key or value position gives NaN rows: SDPA adds the "
+                       "mask to q.k^T (NaN + -inf is NaN) and 0 * NaN is NaN in weights @ v "
+                       f"(measured on every CPU backend, torch {torch.__version__})"}
 
     def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
         with self.backend():
@@ -55,11 +58,13 @@ class TorchSDPA(TorchCore):
     def backend(self):
         return contextlib.nullcontext()
 
+
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 # What each backend accepts beyond plain attention (masks other than is_causal need a
 # float attn_mask, which flash does not take).
 MASKED = frozenset({"valid_lens", "causal_bottom_right", "bool_mask", "bias"})
+
 
 def _probe(backend, device: str, dtype: torch.dtype, masked: bool) -> bool:
     """True when a tiny call with this backend works on this device and dtype."""
@@ -74,6 +79,7 @@ def _probe(backend, device: str, dtype: torch.dtype, masked: bool) -> bool:
         return True
     except RuntimeError:
         return False
+
 
 def backend_variants() -> List[type]:
     """One class per SDPA backend that works on some device here."""
@@ -103,6 +109,7 @@ def backend_variants() -> List[type]:
             features = features - MASKED
         out.append(_variant(short, backend, dtypes, frozenset(features), sdpa_kernel))
     return out
+
 
 def _variant(short: str, backend, dtypes: Dict[str, Sequence[str]], features: frozenset,
              sdpa_kernel) -> type:
