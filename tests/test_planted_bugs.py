@@ -13,11 +13,13 @@ import pytest
 
 from tests.conftest import PLUGINS, ROOT
 
-BUGS = {
-    "wrong_scale.py": ("bug.no_scale", "numerics"),
-    "ignores_mask.py": ("bug.ignores_mask", "masking"),
-    "inverted_bool.py": ("bug.inverted_bool", "masking"),
-    "head_order.py": ("bug.head_order", "shapes"),
+BUGS = {  # file -> (implementation, the family that must catch it, extra pytest args)
+    "wrong_scale.py": ("bug.no_scale", "numerics", ()),
+    "ignores_mask.py": ("bug.ignores_mask", "masking", ()),
+    "inverted_bool.py": ("bug.inverted_bool", "masking", ()),
+    "head_order.py": ("bug.head_order", "shapes", ()),
+    # The forward is right, so only the gradient cases can catch it.
+    "detached_value.py": ("bug.detached_value", "gradients", ("-k", "gradient")),
 }
 
 
@@ -33,13 +35,19 @@ def conformance(tmp_path, *args: str) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("file", sorted(BUGS))
 def test_planted_bug_fails_a_case(tmp_path, file):
-    name, family = BUGS[file]
+    name, family, extra = BUGS[file]
+    if file == "detached_value.py":
+        pytest.importorskip("torch")
     code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / file), "--impl", name,
-                            "--dtype", "float32")
+                            "--dtype", "float32", *extra)
     assert code == 1
     fails = [r for r in doc["results"] if r["outcome"] == "fail"]
     assert any(r["family"] == family for r in fails), {r["case"] for r in fails}
     assert all(r["impl"] == name for r in doc["results"])
+    if file == "detached_value.py":  # no gradient reaches value or w_v: the failure says so
+        assert any("value" in r["reason"] and "w_v" in r["reason"] for r in fails), \
+            [r["reason"] for r in fails]
+        return
     # The failure says how far past the rule it is.
     worst = max((r for r in fails if isinstance(r["err"], float)), key=lambda r: r["err"] / r["bound"])
     assert worst["err"] > worst["bound"]
