@@ -1,4 +1,4 @@
-"""nox sessions: tests, conformance, bench, report, run, lint (+ GPU variants).
+"""nox sessions: tests, conformance, bench, fidelity, report, run, lint (+ GPU variants).
 
 CPU sessions install through constraints/cpu.txt, which pins the CPU build of
 torch; the GPU sessions install without it and are not run by default.
@@ -51,6 +51,13 @@ def bench(session: nox.Session) -> None:
     install(session)
     session.run("mha-suite", "sweep", *(session.posargs or ["--preset", "default",
                                                             "--out", RESULTS]))
+
+
+@nox.session(default=False)
+def fidelity(session: nox.Session) -> None:
+    """Sweep medians vs torch.utils.benchmark / timeit for one point per framework."""
+    install(session)
+    session.run("python", "-m", "suite.fidelity", *session.posargs)
 
 
 @nox.session(default=False)

@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
+MASKS = ("none", "causal", "padding")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
 AXES = ("lengths", "heads", "kv_heads", "batch", "head_dim", "dtype", "mask", "device", "grad")
 
 # Per preset: blocks of axes, plus timing options for pytest-benchmark.
@@ -94,6 +96,11 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
     overrides = {a: getattr(args, a, None) for a in AXES if getattr(args, a, None)}
     if getattr(args, "grad", False):
         overrides["grad"] = [True]
+    for axis, known in (("mask", MASKS), ("dtype", DTYPES)):
+        bad = sorted(set(overrides.get(axis, [])) - set(known))
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"--{axis}: expected some of {', '.join(known)}, got {', '.join(bad)}")
     points = []
     for block in preset["blocks"]:
         axes = {"kv_heads": [None], "grad": [False], **preset["defaults"], **block, **overrides}
@@ -111,6 +118,23 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
         if getattr(args, k, None) is not None:
             timing[k] = getattr(args, k)
     return {"preset": args.preset, "points": points, "timing": timing}
+
+
+def point_problem(point: Dict[str, Any]):
+    """The seeded problem of a sweep point (self-attention, Lq = Lk = length, E = H * D)."""
+    import numpy as np
+
+    from suite.problem import Mask, make_problem
+
+    B, L, D, H = point["batch"], point["length"], point["head_dim"], point["H"]
+    K = point.get("kv_heads") or H
+    mask = {"none": Mask(), "causal": Mask(causal=True),
+            # padding: a quarter of the keys padded out in every other batch item
+            "padding": Mask(valid_lens=np.array([L if b % 2 == 0 else max(1, 3 * L // 4)
+                                                 for b in range(B)]))}
+    if point["mask"] not in mask:
+        raise ValueError(f"mask: expected one of {sorted(mask)}, got {point['mask']!r}")
+    return make_problem(0, B, L, L, H * D, H, K, mask=mask[point["mask"]])
 
 
 def results_path(args: argparse.Namespace) -> Path:

@@ -5,23 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
-import numpy as np
 import pytest
 
 from suite import timing
 from suite.benchmarks.conftest import STATE, _spec, note, record_not_measured
-from suite.problem import Mask, make_problem
+from suite.sweep import point_problem
 
 MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
-
-
-def _problem(point: Dict[str, Any], H: int, K: int):
-    B, L, D = point["batch"], point["length"], point["head_dim"]
-    mask = {"none": Mask(), "causal": Mask(causal=True),
-            # padding: a quarter of the keys padded out in every other batch item
-            "padding": Mask(valid_lens=np.array([L if b % 2 == 0 else max(1, 3 * L // 4)
-                                                 for b in range(B)]))}[point["mask"]]
-    return make_problem(0, B, L, L, H * D, H, K, mask=mask)
 
 
 def _oom(exc: BaseException) -> bool:
@@ -64,7 +54,7 @@ def test_point(benchmark, sweep_point, request):
         reason = f"predicted {need / 2**30:.1f} GiB > budget {budget / 2**30:.1f} GiB"
         record_not_measured(config, extra, "skipped", reason)
         pytest.skip(reason)
-    p = _problem(point, H, K)
+    p = point_problem(point)
     try:
         start = time.perf_counter()
         st = impl.prepare(p, device, dtype, grad=bool(point["grad"]))
