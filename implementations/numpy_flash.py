@@ -36,7 +36,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -162,28 +162,48 @@ class NumpyFlashMHA(NumpyCore):
         """NumpyCore's forward, with every matmul on our workers and BLAS on one thread.
 
         Calling multi-threaded BLAS for the projections would leave its own worker
-        spinning through the attention core that follows, taking a core from ours.
+        spinning through the attention core that follows, taking a core from ours. The
+        three input projections are one batch of row chunks (the k and v chunks are staged
+        into the augmented layouts while they are still in cache); small chunks keep the
+        workers evenly loaded when another process takes part of a core.
         """
         p, w = s["p"], s["w"]
         B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+        t = _compute_dtype(s["query"].dtype)
+        q = np.empty((B, L, H * D), np.result_type(s["query"], w["w_q"]))  # (B, L, H*D)
+        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S)
+        va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
+
+        def project(item: Tuple[str, int, int, int]) -> None:
+            name, b, r0, r1 = item
+            x = s[{"q": "query", "k": "key", "v": "value"}[name]][b, r0:r1]  # (Tr, E)
+            y = np.matmul(x, w["w_" + name], out=q[b, r0:r1] if name == "q" else None)
+            if w["b_" + name] is not None:
+                y += w["b_" + name]  # (Tr, H*D or K*D)
+            if name != "q":
+                self._stage(y.reshape(r1 - r0, K, D), kt if name == "k" else va, name, b, r0)
+
         with self._one_blas_thread():
-            q = self._project(s["query"], w["w_q"], w["b_q"])  # (B, L, H*D)
-            k = self._project(s["key"], w["w_k"], w["b_k"])  # (B, S, K*D)
-            v = self._project(s["value"], w["w_v"], w["b_v"])  # (B, S, K*D)
-            q = q.reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
-            k = k.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D): GQA in attend
-            v = v.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-            heads, _ = self.attend(q, k, v, s["bias"], s["scale"], False)
+            self._map(project, [(name, b, r0, min(r0 + step, n)) for name, n in
+                                (("q", L), ("k", S), ("v", S)) for b in range(B)
+                                for step in [self._chunk(B * n)] for r0 in range(0, n, step)])
+            heads = self._attend(q.reshape(B, L, H, D).transpose(0, 2, 1, 3),  # (B, H, L, D)
+                                 kt, va, s["bias"], s["scale"])
             # heads is a (B, L, H, D) buffer seen as (B, H, L, D): this reshape is free.
             out = self._project(heads.transpose(0, 2, 1, 3).reshape(B, L, H * D),
                                 w["w_o"], w["b_o"])  # (B, L, E)
         return out, None
 
+    def _chunk(self, rows: int) -> int:
+        """Rows per projection work item: about 4 items per worker, at least 256 rows (a
+        (256, 512) @ (512, 512) float32 matmul runs at ~95% of a core's peak)."""
+        return max(256, -(-rows // (4 * self.num_threads)))
+
     def _project(self, x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
-        """x @ w (+ b), rows split over the workers: x (B, N, E_in) -> (B, N, E_out)."""
+        """x @ w (+ b), row chunks on the workers: x (B, N, E_in) -> (B, N, E_out)."""
         rows = x.reshape(-1, x.shape[-1])  # (B*N, E_in)
         y = np.empty((rows.shape[0], w.shape[1]), np.result_type(x, w))  # (B*N, E_out)
-        step = max(64, -(-rows.shape[0] // self.num_threads))
+        step = self._chunk(rows.shape[0])
 
         def part(r0: int) -> None:
             np.matmul(rows[r0:r0 + step], w, out=y[r0:r0 + step])
@@ -193,6 +213,19 @@ class NumpyFlashMHA(NumpyCore):
         self._map(part, list(range(0, rows.shape[0], step)))
         return y.reshape(*x.shape[:-1], w.shape[1])
 
+    @staticmethod
+    def _stage(x: np.ndarray, into: np.ndarray, name: str, b: int, r0: int) -> None:
+        """Copy keys or values x (Tr, K, D) for rows [r0, r0 + Tr) of batch item b into the
+        augmented layout: kt (B, K, D+1, S) or va (B, K, S, D+1), with the ones row/column."""
+        r1 = r0 + x.shape[0]
+        D = x.shape[2]
+        if name == "k":
+            np.copyto(into[b, :, :D, r0:r1], x.transpose(1, 2, 0), casting="same_kind")
+            into[b, :, D, r0:r1] = 1
+        else:
+            np.copyto(into[b, :, r0:r1, :D], x.transpose(1, 0, 2), casting="same_kind")
+            into[b, :, r0:r1, D] = 1
+
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: Optional[TileMask],
                scale: float, need_weights: bool) -> Tuple[np.ndarray, None]:
         """q (B, H, L, D), k/v (B, K, S, D) with K dividing H (query head h reads kv head
@@ -200,31 +233,34 @@ class NumpyFlashMHA(NumpyCore):
         buffer, None)."""
         B, H, L, D = q.shape
         K, S = k.shape[1], k.shape[2]
+        t = _compute_dtype(q.dtype)
+        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S)
+        va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
+        with self._one_blas_thread():
+            self._map(lambda b: (self._stage(k[b].transpose(1, 0, 2), kt, "k", b, 0),
+                                 self._stage(v[b].transpose(1, 0, 2), va, "v", b, 0)), range(B))
+            return self._attend(q, kt, va, bias, scale), None
+
+    def _attend(self, q: np.ndarray, kt: np.ndarray, va: np.ndarray, bias: Optional[TileMask],
+                scale: float) -> np.ndarray:
+        """The tiled core on staged operands, augmented so that the matmuls also subtract
+        the row max and sum the rows: [q*scale, -m] @ [k, 1]^T = q.k*scale - m, and
+        p @ [v, 1] = [p @ v, sum(p)]. q (B, H, L, D), kt (B, K, D+1, S), va (B, K, S, D+1)
+        -> heads (B, H, L, D) over a (B, L, H, D) buffer."""
+        B, H, L, D = q.shape
+        K, S = va.shape[1], va.shape[2]
         if H % K:
             raise ValueError(f"k: expected a number of kv heads dividing H={H}, got {K}")
         mask = bias if bias is not None else TileMask(np.full(B, S, dtype=np.int64))
-        t = _compute_dtype(q.dtype)
-        # Augmented operands, so the matmuls also do the row-offset subtraction and row sum:
-        # [q*scale, -m] @ [k, 1]^T = q.k*scale - m, and p @ [v, 1] = [p @ v, sum(p)].
-        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S): q @ k^T reads it untransposed
-        va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
+        t = kt.dtype.type
         out = np.empty((B, L, H, D), t).transpose(0, 2, 1, 3)  # (B, H, L, D) view
+        self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask, H // K),
+                  self._units(B, H, L, H // K, mask))
+        return out.astype(q.dtype, copy=False)
 
-        def stage(bh: Tuple[int, int]) -> None:  # the copies run on the workers too
-            b, h = bh
-            np.copyto(kt[b, h, :D], k[b, h].T, casting="same_kind")
-            kt[b, h, D] = 1
-            np.copyto(va[b, h, :, :D], v[b, h], casting="same_kind")
-            va[b, h, :, D] = 1
-
-        with self._one_blas_thread():
-            self._map(stage, [(b, h) for b in range(B) for h in range(K)])
-            self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask, H // K),
-                      self._units(B, H, L, H // K, mask))
-        return out.astype(q.dtype, copy=False), None
-
-    def _map(self, fn, items: List[Any]) -> None:
+    def _map(self, fn, items: Iterable[Any]) -> None:
         """fn over items on the worker pool (in this thread when one worker suffices)."""
+        items = list(items)
         if len(items) > 1 and self.num_threads > 1:
             list(self._executor().map(fn, items))
         else:
