@@ -17,11 +17,11 @@ one elementwise pass per tile is ``exp2``, which NumPy runs twice as fast as ``e
 Masked weights are set to 0 after ``exp2`` rather than to -inf before it (exp2 takes a
 slow path on -inf and underflowing lanes).
 
-Two matmuls per tile do nearly all the work: q is augmented with a -m column and
-k and v with a ones column, so ``[q, -m] @ [k, 1]^T`` subtracts the row max and
-``p @ [v, 1]`` also sums the row. The row max is kept lazily (a tile is kept unless
-its sums leave a safe range, then redone the standard way), so a tile costs two
-matmuls and one exp2 pass.
+Two matmuls per tile do nearly all the work: keys are kept transposed (D, S), so
+``q @ k^T`` reads them untransposed, and v is augmented with a ones column, so
+``p @ [v, 1]`` also sums the rows. The row max m is kept lazily at 0 (a tile is kept
+unless its sums leave a safe range, then redone the standard way, after which the
+unit's logits have m subtracted), so a tile costs two matmuls and one exp2 pass.
 
 Work units (batch item, head group, query tile) and the projections run on a
 small thread pool with BLAS held to one thread, so the exp2 passes, which NumPy
@@ -104,7 +104,9 @@ class _Buffers:
 
     def __init__(self, hc: int, bq: int, bk: int, d: int, dtype: type):
         self.shape = (hc, bq, bk, d, np.dtype(dtype))
-        self.q = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
+        self.q = np.empty((hc, bq, d), dtype)  # (h, Tq, D)
+        self.m = np.empty((hc, bq, 1), dtype)  # (h, Tq, 1)
+        self.shifted = False  # whether any row of the current unit has m != 0
         self.scores = np.empty((hc, bq, bk), dtype)  # (h, Tq, Tk)
         self.acc = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
         self.pv = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
@@ -163,23 +165,30 @@ class NumpyFlashMHA(NumpyCore):
 
         Calling multi-threaded BLAS for the projections would leave its own worker
         spinning through the attention core that follows, taking a core from ours. The
-        three input projections are one batch of row chunks (the k and v chunks are staged
-        into the augmented layouts while they are still in cache); small chunks keep the
-        workers evenly loaded when another process takes part of a core.
+        three input projections are one batch of row chunks: k is projected straight into
+        its transposed layout, v chunks are staged into theirs while still in cache; small
+        chunks keep the workers evenly loaded when another process takes part of a core.
         """
         p, w = s["p"], s["w"]
         B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
         t = _compute_dtype(s["query"].dtype)
         q = np.empty((B, L, H * D), np.result_type(s["query"], w["w_q"]))  # (B, L, H*D)
-        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S)
+        kt = np.empty((B, K, D, S), t)  # (B, K, D, S)
         va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
 
         def project(item: Tuple[str, int, int, int]) -> None:
             name, b, r0, r1 = item
             x = s[{"q": "query", "k": "key", "v": "value"}[name]][b, r0:r1]  # (Tr, E)
-            y = np.matmul(x, w["w_" + name], out=q[b, r0:r1] if name == "q" else None)
-            if w["b_" + name] is not None:
-                y += w["b_" + name]  # (Tr, H*D or K*D)
+            wt, bias = w["w_" + name], w["b_" + name]
+            if name == "k" and np.result_type(x, wt) == t:
+                y = kt[b].reshape(K * D, S)[:, r0:r1]  # (K*D, Tr) view: k^T = W_k^T x^T
+                np.matmul(wt.T, x.T, out=y)
+                if bias is not None:
+                    y += bias[:, None]
+                return
+            y = np.matmul(x, wt, out=q[b, r0:r1] if name == "q" else None)  # (Tr, H*D or K*D)
+            if bias is not None:
+                y += bias
             if name != "q":
                 self._stage(y.reshape(r1 - r0, K, D), kt if name == "k" else va, name, b, r0)
 
@@ -215,13 +224,12 @@ class NumpyFlashMHA(NumpyCore):
 
     @staticmethod
     def _stage(x: np.ndarray, into: np.ndarray, name: str, b: int, r0: int) -> None:
-        """Copy keys or values x (Tr, K, D) for rows [r0, r0 + Tr) of batch item b into the
-        augmented layout: kt (B, K, D+1, S) or va (B, K, S, D+1), with the ones row/column."""
+        """Copy keys or values x (Tr, K, D) for rows [r0, r0 + Tr) of batch item b into
+        their layouts: kt (B, K, D, S), or va (B, K, S, D+1) with its ones column."""
         r1 = r0 + x.shape[0]
         D = x.shape[2]
         if name == "k":
-            np.copyto(into[b, :, :D, r0:r1], x.transpose(1, 2, 0), casting="same_kind")
-            into[b, :, D, r0:r1] = 1
+            np.copyto(into[b, :, :, r0:r1], x.transpose(1, 2, 0), casting="same_kind")
         else:
             np.copyto(into[b, :, r0:r1, :D], x.transpose(1, 0, 2), casting="same_kind")
             into[b, :, r0:r1, D] = 1
@@ -234,7 +242,7 @@ class NumpyFlashMHA(NumpyCore):
         B, H, L, D = q.shape
         K, S = k.shape[1], k.shape[2]
         t = _compute_dtype(q.dtype)
-        kt = np.empty((B, K, D + 1, S), t)  # (B, K, D+1, S)
+        kt = np.empty((B, K, D, S), t)  # (B, K, D, S)
         va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
         with self._one_blas_thread():
             self._map(lambda b: (self._stage(k[b].transpose(1, 0, 2), kt, "k", b, 0),
@@ -243,10 +251,9 @@ class NumpyFlashMHA(NumpyCore):
 
     def _attend(self, q: np.ndarray, kt: np.ndarray, va: np.ndarray, bias: Optional[TileMask],
                 scale: float) -> np.ndarray:
-        """The tiled core on staged operands, augmented so that the matmuls also subtract
-        the row max and sum the rows: [q*scale, -m] @ [k, 1]^T = q.k*scale - m, and
-        p @ [v, 1] = [p @ v, sum(p)]. q (B, H, L, D), kt (B, K, D+1, S), va (B, K, S, D+1)
-        -> heads (B, H, L, D) over a (B, L, H, D) buffer."""
+        """The tiled core on staged operands: keys transposed, values augmented with a ones
+        column so that p @ [v, 1] = [p @ v, sum(p)] also sums the rows. q (B, H, L, D),
+        kt (B, K, D, S), va (B, K, S, D+1) -> heads (B, H, L, D) over a (B, L, H, D) buffer."""
         B, H, L, D = q.shape
         K, S = va.shape[1], va.shape[2]
         if H % K:
@@ -297,10 +304,10 @@ class NumpyFlashMHA(NumpyCore):
         D = q.shape[3]
         hc, tq = h1 - h0, i1 - i0
         buf = self._buffers(hc, D, out.dtype)
-        qa = buf.q[:hc, :tq]  # (h, Tq, D+1): [q*scale*log2(e), -m]
         acc = buf.acc[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
-        np.multiply(q[b, h0:h1, i0:i1], scale, out=qa[..., :D], casting="same_kind")
-        qa[..., D] = 0  # m = 0 until a row's first visible tile sets it
+        np.multiply(q[b, h0:h1, i0:i1], scale, out=buf.q[:hc, :tq], casting="same_kind")
+        buf.m[:hc, :tq] = 0  # m = 0 until a tile's sums leave [LO, HI]
+        buf.shifted = False  # ... so the logits need no subtraction until then
         acc.fill(0)
         kv = slice(h0, h1) if G == 1 else slice(h0 // G, h0 // G + 1)  # broadcast over GQA
         with np.errstate(over="ignore", invalid="ignore"):  # overflow: the tile is redone
@@ -339,13 +346,14 @@ class NumpyFlashMHA(NumpyCore):
               mask: TileMask, forbid: Any, b: int, h0: int, h1: int, r0: int, r1: int,
               j0: int, j1: int) -> None:
         """Fold keys [j0, j1) into rows [r0, r1) of the unit's accumulator (``rows`` the same
-        rows relative to the unit); k_tile (h or 1, D+1, Tk), v_tile (h or 1, Tk, D+1)."""
+        rows relative to the unit); k_tile (h or 1, D, Tk), v_tile (h or 1, Tk, D+1)."""
         hc, D = h1 - h0, v_tile.shape[-1] - 1
-        qa = buf.q[:hc, rows]  # (h, Tr, D+1)
+        qs = buf.q[:hc, rows]  # (h, Tr, D)
+        m = buf.m[:hc, rows] if buf.shifted else None  # (h, Tr, 1)
         acc, pv = buf.acc[:hc, rows], buf.pv[:hc, rows]  # (h, Tr, D+1)
         row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tr, 1) views
         s = buf.scores[:hc, : r1 - r0, : j1 - j0]  # (h, Tr, Tk)
-        self._logits(s, qa, k_tile, mask, b, h0, h1, r0, r1, j0, j1)
+        self._logits(s, qs, k_tile, m, mask, b, h0, h1, r0, r1, j0, j1)
         np.exp2(s, out=s)  # against the current m: no max/subtract/rescale pass
         if forbid is not None:
             # Masked weights are exactly 0, set after exp2 (whose -inf and underflow lanes take
@@ -358,7 +366,8 @@ class NumpyFlashMHA(NumpyCore):
             acc += pv
             return
         shift, alpha = buf.shift[:hc, rows], buf.alpha[:hc, rows]  # (h, Tr, 1)
-        self._logits(s, qa, k_tile, mask, b, h0, h1, r0, r1, j0, j1)
+        m = buf.m[:hc, rows]  # (h, Tr, 1)
+        self._logits(s, qs, k_tile, m, mask, b, h0, h1, r0, r1, j0, j1)
         if forbid is not None:
             np.copyto(s, -np.inf, where=forbid)  # assign, not add: garbage keys may be NaN
         # Standard online-softmax step: raise m to the tile's row max where it grew.
@@ -373,13 +382,18 @@ class NumpyFlashMHA(NumpyCore):
         np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
         acc *= alpha
         acc += pv
-        qa[..., D:] -= shift
+        m += shift
+        buf.shifted = True
 
     @staticmethod
-    def _logits(s: np.ndarray, qa: np.ndarray, k_tile: np.ndarray, mask: TileMask,
-                b: int, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> None:
-        """s = (q.k*scale - m + bias) * log2(e), masks not applied; k_tile (h or 1, D+1, Tk)."""
-        np.matmul(qa, k_tile, out=s)  # (h, Tq, Tk)
+    def _logits(s: np.ndarray, qs: np.ndarray, k_tile: np.ndarray, m: Optional[np.ndarray],
+                mask: TileMask, b: int, h0: int, h1: int, i0: int, i1: int, j0: int,
+                j1: int) -> None:
+        """s = (q.k*scale + bias) * log2(e) - m (m None: all 0), masks not applied;
+        qs (h, Tq, D) holds q*scale*log2(e), k_tile (h or 1, D, Tk), m (h, Tq, 1)."""
+        np.matmul(qs, k_tile, out=s)  # (h, Tq, Tk)
+        if m is not None:
+            s -= m
         if mask.bias is not None:
             s += mask.bias[b, h0:h1, i0:i1, j0:j1]
 

@@ -125,6 +125,16 @@ def test_running_max_grows_across_tiles():
     check(make_problem(2, B, L, S, 8, H, mask=Mask(bias=bias)).validate())
 
 
+def test_shifted_head_leaves_the_next_unit_alone():
+    """One head's logits climb (its rows get a nonzero m), the other's stay small; run on
+    one worker, so the second head's units reuse the first one's buffers."""
+    B, H, L, S = 1, 2, 24, 40
+    bias = np.zeros((1, H, L, S))
+    bias[0, 0] = np.linspace(0.0, 80.0, S)
+    p = make_problem(3, B, L, S, 8, H, mask=Mask(bias=bias)).validate()
+    check(p, _impl(block_q=8, block_k=8, threads=1, heads=1))
+
+
 def test_logits_far_below_zero_do_not_underflow():
     """All logits near -200: exp against the lazy max 0 underflows, so rows are redone."""
     B, H, L, S = 2, 2, 19, 33
