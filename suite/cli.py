@@ -11,6 +11,8 @@ from typing import List, Optional, Sequence
 from suite import registry
 from suite.problem import InputError
 
+CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
+
 
 class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
@@ -58,8 +60,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List[str]:
     """pytest arguments for a conformance run with the CLI's selection."""
+    progress = getattr(args, "progress", None)
+    if progress is None:
+        progress = sys.stderr.isatty()  # a live bar on a terminal; pytest's counts in logs
     out = ["--pyargs", "suite.conformance", "-p", "no:cacheprovider", "-q",
-           "-o", "console_output_style=count", "--benchmark-disable"]
+           "-o", "console_output_style=" + ("classic" if progress else "count"),
+           "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
+    if progress:
+        out.append("--progress")
     for flag in ("impl", "plugin", "device", "dtype"):
         for value in getattr(args, flag, None) or []:
             out += [f"--{flag}", value]
@@ -111,6 +119,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return max(check_code if check_code != 5 else 0, sweep_code)
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, metavar="SECONDS",
+                   help="a case taking longer is an error of that implementation and the run "
+                        f"goes on (pytest-timeout; default {CASE_TIMEOUT_S:.0f}, 0 = none)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar with an ETA (default: when stderr is a terminal)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mha-suite", description="Conformance and benchmarks for multi-head attention.")
@@ -128,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, metavar="PATH", help="write results JSON to PATH")
     p.add_argument("--hypothesis-examples", type=int, default=None, metavar="N",
                    help="examples per property-based case (default: the CI bound)")
+    _add_run_options(p)
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
     p.set_defaults(func=cmd_check)
 
@@ -150,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="default", help="sweep preset (ci, default, gpu)")
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")
+    _add_run_options(p)
     p.set_defaults(func=cmd_run)
     return parser
 

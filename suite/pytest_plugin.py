@@ -32,6 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="more known-failure lists (test id glob # reason, one a line)")
     group.addoption("--sweep-spec", default=None, metavar="PATH",
                     help="the sweep grid and output (JSON written by mha-suite sweep)")
+    group.addoption("--progress", action="store_true", default=False,
+                    help="a progress bar with an ETA instead of pytest's per-test letters")
     group.addoption("--conformance-json", default=None, metavar="PATH",
                     help="write conformance outcomes (err, baseline err, ratio) to PATH")
 

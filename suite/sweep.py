@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
+POINT_TIMEOUT_S = 1800.0  # one point, all its rounds: the largest CPU points take minutes
 MASKS = ("none", "causal", "padding")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 AXES = ("lengths", "heads", "kv_heads", "batch", "head_dim", "dtype", "mask", "device", "grad")
@@ -86,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-time", dest="max_time", type=float, default=None,
                    help="pytest-benchmark max seconds per point")
     p.add_argument("--min-rounds", dest="min_rounds", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=POINT_TIMEOUT_S, metavar="SECONDS",
+                   help="a point taking longer is recorded as a timeout and the sweep goes on "
+                        f"(pytest-timeout; default {POINT_TIMEOUT_S:.0f}, 0 = none)")
     p.add_argument("--stop-after", dest="stop_after", type=int, default=None,
                    help=argparse.SUPPRESS)  # tests: stop as if interrupted after N points
 
@@ -171,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                    f"--benchmark-warmup-iterations={t['warmup_iterations']}",
                    f"--benchmark-max-time={t['max_time']}",
                    f"--benchmark-min-rounds={t['min_rounds']}", "--benchmark-disable-gc",
-                   "--benchmark-sort=name"]
+                   "--benchmark-sort=name", f"--timeout={args.timeout or 0}"]
     for flag in ("impl", "plugin"):
         for value in getattr(args, flag) or []:
             pytest_args += [f"--{flag}", value]
@@ -179,7 +183,18 @@ def run(args: argparse.Namespace) -> int:
         code = int(pytest.main(pytest_args))
     finally:
         os.unlink(f.name)
+    failed = 0
     if out.exists():
+        from collections import Counter
+
+        not_measured = json.loads(out.read_text()).get("mha_suite_not_measured", [])
+        counts = Counter(x["status"] for x in not_measured)
+        if counts:
+            print("not measured: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        failed = counts["error"] + counts["timeout"]
         print(f"sweep results: {out.resolve()}")
-    # 0 ok; 5 nothing to run (e.g. everything resumed); 2 interrupted (points kept).
-    return 0 if code in (0, 5) else code
+    # 0 ok; 5 nothing to run (e.g. everything resumed); 2 interrupted (points kept);
+    # 1 when a point raised or timed out (recorded; the other points were measured).
+    if code not in (0, 5):
+        return code
+    return 1 if failed else 0

@@ -73,3 +73,17 @@ def test_plugin_that_raises_is_an_error_and_neighbours_still_run(tmp_path):
     listed = {i["name"]: i for i in doc["implementations"]}
     assert listed["broken.construct"]["available"] is False
     assert code == 1
+
+
+def test_plugin_that_hangs_times_out_and_neighbours_still_run(tmp_path):
+    code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.*",
+                            "--dtype", "float32", "-k", "masking/none or masking/causal]",
+                            "--timeout", "3")
+    by_impl: dict = {}
+    for r in doc["results"]:
+        by_impl.setdefault(r["impl"], []).append(r)
+    assert {r["outcome"] for r in by_impl["hang.forever"]} == {"error"}
+    assert all("Timeout" in r["reason"] for r in by_impl["hang.forever"])
+    assert {r["case"] for r in by_impl["hang.forever"]} == {"none", "causal"}
+    assert {r["outcome"] for r in by_impl["hang.neighbour_works"]} == {"pass"}
+    assert code == 1

@@ -103,3 +103,21 @@ def test_bad_sweep_arguments_are_one_line(cli):
     proc = cli("sweep", "--heads", "4", "--kv-heads", "3", "--out", "/tmp/never")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "mha-suite: error: --kv-heads 3 does not divide heads 4"
+
+
+def test_a_hanging_point_times_out_and_the_sweep_goes_on(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.*",
+                       "--timeout", "3", "--max-time", "0.01")
+    not_measured = {x["impl"]: x for x in doc["mha_suite_not_measured"]}
+    assert not_measured["hang.forever"]["status"] == "timeout"
+    assert "Timeout" in not_measured["hang.forever"]["reason"]
+    assert _medians(doc).keys() == {"hang.neighbour_works"}  # measured, and kept
+    assert proc.returncode == 1  # the run says something failed
+
+
+def test_bad_mask_name_is_one_line(cli):
+    proc = cli("sweep", "--mask", "diagonal", "--out", "/tmp/never")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("mha-suite: error: --mask: expected some of none, causal, "
+                                   "padding, got diagonal")

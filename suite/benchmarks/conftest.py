@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -18,6 +19,7 @@ from suite import pytest_plugin, timing
 
 SPEC = pytest.StashKey[dict]()
 STATE = pytest.StashKey[dict]()
+POINT = pytest.StashKey[dict]()  # the point's extra_info, set by test_point
 
 
 def _spec(config: pytest.Config) -> dict:
@@ -98,19 +100,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             entry, device, point = cs.params["sweep_point"]
             combos.add((entry.impl.framework, device, point["dtype"]))
     state["machine_info"] = _machine_info(config, combos)
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from suite.progress import progress_bar
 
-    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                        console=Console(stderr=True, soft_wrap=True))
+    progress = progress_bar("sweep")
     progress.start()
     state["progress"] = progress
     state["task"] = progress.add_task("sweep", total=len(items))
@@ -130,6 +122,50 @@ def _machine_info(config: pytest.Config, combos) -> Dict[str, Any]:
                  preset=_spec(config).get("preset"))
     info["mha_suite"] = facts
     return info
+
+
+class PointTimeout(Exception):
+    """A point ran past --timeout (raised inside the plugin by the alarm)."""
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
+    """pytest-timeout's alarm, raising PointTimeout so test_point records the point as a
+    timeout and the sweep goes on (its own alarm needs pytest's terminal, off in sweeps).
+    A plugin stuck in native code never sees the alarm: kill the sweep and --resume it."""
+    if STATE not in item.config.stash or not settings.timeout or settings.method != "signal":
+        return None
+
+    def alarm(signum, frame):
+        raise PointTimeout(f"no result within --timeout {settings.timeout:g} s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    return True
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> Optional[bool]:
+    if STATE not in item.config.stash:
+        return None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A point that failed past test_point's own handling (pytest-timeout's --timeout, a
+    harness error) is recorded as not measured, with the reason, and the sweep goes on."""
+    report = yield
+    state = item.config.stash.get(STATE, None)
+    if state is not None and report.when == "call" and report.failed and POINT in item.stash:
+        text = call.excinfo.exconly() if call.excinfo else str(report.longrepr)
+        status = "timeout" if "PointTimeout" in text else "error"
+        record_not_measured(item.config, item.stash[POINT], status, text.strip()[:500])
+        note(item.config, f"{status}: {item.nodeid.rsplit('[', 1)[-1].rstrip(']')}: "
+                          f"{text.strip().splitlines()[0][:200]}")
+    return report
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,16 +8,20 @@ from typing import Any, Dict
 import pytest
 
 from suite import timing
-from suite.benchmarks.conftest import STATE, _spec, note, record_not_measured
+from suite.benchmarks.conftest import POINT, STATE, PointTimeout, _spec, note, record_not_measured
 from suite.sweep import point_problem
 
 MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
 
 
-def _oom(exc: BaseException) -> bool:
+def _failure(exc: BaseException) -> tuple:
+    """(status, reason) of a point that raised: timeout, oom or error."""
     text = f"{type(exc).__name__}: {exc}"
-    return isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
+    if isinstance(exc, PointTimeout):
+        return "timeout", text
+    oom = isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
         or "out of memory" in text.lower()
+    return ("oom" if oom else "error"), text[:500]
 
 
 def test_point(benchmark, sweep_point, request):
@@ -35,6 +39,7 @@ def test_point(benchmark, sweep_point, request):
         "B": B, "H": H, "H_kv": K, "Lq": L, "Lk": L, "E": H * D, "D": D,
         "mask": point["mask"], "grad": bool(point["grad"]),
         **timing.flops(B, H, K, L, L, H * D, D, causal, bool(point["grad"]))}
+    request.node.stash[POINT] = extra  # a timeout or harness error is recorded against it
     if timing.point_key(extra) in state["done"]:
         pytest.skip("resumed: already measured")
     needs = {MASK_FEATURE[point["mask"]], "gqa" if K != H else None,
@@ -64,10 +69,10 @@ def test_point(benchmark, sweep_point, request):
             impl.run(st)
             impl.synchronize(st)
     except Exception as exc:  # recorded for this point; the sweep goes on
-        status = "oom" if _oom(exc) else "error"
-        record_not_measured(config, extra, status, f"{type(exc).__name__}: {exc}"[:500])
-        note(config, f"{status}: {request.node.callspec.id}: {type(exc).__name__}: {exc}"[:300])
-        pytest.skip(f"{status}: {exc}")
+        status, reason = _failure(exc)
+        record_not_measured(config, extra, status, reason)
+        note(config, f"{status}: {request.node.callspec.id}: {reason}"[:300])
+        pytest.skip(f"{status}: {reason}")
     extra.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
                  compile_s=compile_s, prepare_s=prepare_s, status="ok", reason=None)
     benchmark.extra_info.update(extra)
@@ -79,9 +84,10 @@ def test_point(benchmark, sweep_point, request):
     try:
         benchmark(timed)
     except Exception as exc:
-        status = "oom" if _oom(exc) else "error"
-        record_not_measured(config, extra, status, f"{type(exc).__name__}: {exc}"[:500])
-        pytest.skip(f"{status}: {exc}")
+        status, reason = _failure(exc)
+        record_not_measured(config, extra, status, reason)
+        note(config, f"{status}: {request.node.callspec.id}: {reason}"[:300])
+        pytest.skip(f"{status}: {reason}")
     median = benchmark.stats.stats.median
     benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
     config.stash[STATE]["count"] += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 import warnings
 from typing import List
 
@@ -58,11 +59,76 @@ def read_known_failures(paths) -> dict:
     return out
 
 
+RECORDED = pytest.StashKey[bool]()
+PROGRESS = pytest.StashKey[dict]()
+# Family of the tests whose outcome names no family through a ``case`` parameter.
+MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
+                 "test_hypothesis": "hypothesis"}
+SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[RECORDS] = []
     extra = config.getoption("--known-failures") or []
     config.stash[KNOWN] = read_known_failures([KNOWN_FILE, *extra])
     config.stash[USED] = set()
+    config.stash[PROGRESS] = {"bar": None, "saved": time.monotonic()}
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: List[pytest.Item]) -> None:
+    """With --progress: a bar with an ETA instead of pytest's dots."""
+    if not config.getoption("--progress") or not items:
+        return
+    from rich.progress import TextColumn
+
+    from suite.progress import progress_bar
+
+    bar = progress_bar("conformance", TextColumn("{task.fields[failed]} failed", style="red"))
+    bar.start()
+    config.stash[PROGRESS].update(bar=bar, task=bar.add_task("", total=len(items), failed=0),
+                                  failed=0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_teststatus(report, config: pytest.Config):
+    """With --progress, pytest's per-test letters are left out (the bar counts instead)."""
+    result = yield
+    if config.stash[PROGRESS]["bar"] is not None and result:
+        category, _letter, word = result
+        return category, "", word
+    return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    state = item.config.stash[PROGRESS]
+    if state["bar"] is not None:
+        state["bar"].update(state["task"], advance=1, failed=state["failed"])
+    if time.monotonic() - state["saved"] > SAVE_EVERY_S:
+        _save(item.config)  # a killed run keeps what it measured
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test that failed without recording an outcome (a plugin that hung past --timeout,
+    or a harness error) is still recorded, as an error with the reason."""
+    report = yield
+    if report.when == "call" and report.failed:
+        item.config.stash[PROGRESS]["failed"] = item.config.stash[PROGRESS].get("failed", 0) + 1
+        cs = getattr(item, "callspec", None)
+        if not item.stash.get(RECORDED, False) and cs is not None and "target" in cs.params:
+            entry, device, dtype = cs.params["target"]
+            case = cs.params.get("case")
+            family = case.family if case is not None else MODULE_FAMILY.get(
+                item.module.__name__.rsplit(".", 1)[-1], "other")
+            name = case.name if case is not None else item.originalname.removeprefix("test_")
+            reason = (call.excinfo.exconly() if call.excinfo else str(report.longrepr))
+            out = Outcome(entry.name, device, dtype, family, name,
+                          getattr(case, "seed", 0), "error", reason=reason.strip()[:2000],
+                          test_id=item.nodeid)
+            item.config.stash[RECORDS].append(out.record())
+    return report
 
 
 def known_failure(config: pytest.Config, name: str):
@@ -86,6 +152,7 @@ def record(request: pytest.FixtureRequest):
     def _record(outcome: Outcome) -> None:
         __tracebackhide__ = True
         outcome.test_id = request.node.nodeid
+        request.node.stash[RECORDED] = True
         known = known_failure(request.config, request.node.name)
         if known and outcome.outcome in ("fail", "error"):
             outcome.outcome, outcome.reason = "deviation", f"known failure: {known}; {outcome.reason}"
@@ -106,7 +173,19 @@ def record(request: pytest.FixtureRequest):
     return _record
 
 
+def _save(config: pytest.Config) -> None:
+    path = config.getoption("--conformance-json")
+    if path and config.stash.get(RECORDS, []):
+        from suite.conformance.summary import write_json
+
+        write_json(path, config.stash[RECORDS], config)
+    config.stash[PROGRESS]["saved"] = time.monotonic()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    bar = config.stash[PROGRESS]["bar"]
+    if bar is not None:
+        bar.stop()
     records = config.stash.get(RECORDS, [])
     if not records:
         return
@@ -114,7 +193,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
     unused = set(config.stash[KNOWN]) - config.stash[USED]
     for pattern in sorted(unused):
-        if config.stash[TARGETS] and not config.option.keyword:
+        filtered = config.option.keyword or any(
+            config.getoption(o) for o in ("--impl", "--device", "--dtype"))
+        if config.stash[TARGETS] and not filtered:
             terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
     for line in matrix_lines(records, config):
         terminalreporter.write_line(line)
