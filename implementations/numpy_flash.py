@@ -144,6 +144,8 @@ class NumpyFlashMHA(NumpyCore):
         self._pool: Optional[ThreadPoolExecutor] = None
         self._local = threading.local()
         self._blas = None
+        self._work: Dict[str, np.ndarray] = {}  # run()'s intermediates, kept across calls
+        self._run_lock = threading.Lock()
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
@@ -169,12 +171,17 @@ class NumpyFlashMHA(NumpyCore):
         its transposed layout, v chunks are staged into theirs while still in cache; small
         chunks keep the workers evenly loaded when another process takes part of a core.
         """
+        with self._run_lock:  # the intermediates are this instance's, one call at a time
+            return self._run(s)
+
+    def _run(self, s: Dict[str, Any]) -> Tuple[np.ndarray, None]:
         p, w = s["p"], s["w"]
         B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
         t = _compute_dtype(s["query"].dtype)
-        q = np.empty((B, L, H * D), np.result_type(s["query"], w["w_q"]))  # (B, L, H*D)
-        kt = np.empty((B, K, D, S), t)  # (B, K, D, S)
-        va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
+        q = self._workspace("q", (B, L, H * D), np.result_type(s["query"], w["w_q"]))
+        kt = self._workspace("kt", (B, K, D, S), t)
+        va = self._workspace("va", (B, K, S, D + 1), t)
+        heads = self._workspace("heads", (B, L, H, D), t)
 
         def project(item: Tuple[str, int, int, int]) -> None:
             name, b, r0, r1 = item
@@ -186,7 +193,9 @@ class NumpyFlashMHA(NumpyCore):
                 if bias is not None:
                     y += bias[:, None]
                 return
-            y = np.matmul(x, wt, out=q[b, r0:r1] if name == "q" else None)  # (Tr, H*D or K*D)
+            y = q[b, r0:r1] if name == "q" else self._scratch((r1 - r0, wt.shape[1]),
+                                                              np.result_type(x, wt))
+            np.matmul(x, wt, out=y)  # (Tr, H*D or K*D)
             if bias is not None:
                 y += bias
             if name != "q":
@@ -197,7 +206,7 @@ class NumpyFlashMHA(NumpyCore):
                                 (("q", L), ("k", S), ("v", S)) for b in range(B)
                                 for step in [self._chunk(B * n)] for r0 in range(0, n, step)])
             heads = self._attend(q.reshape(B, L, H, D).transpose(0, 2, 1, 3),  # (B, H, L, D)
-                                 kt, va, s["bias"], s["scale"])
+                                 kt, va, s["bias"], s["scale"], heads)
             # heads is a (B, L, H, D) buffer seen as (B, H, L, D): this reshape is free.
             out = self._project(heads.transpose(0, 2, 1, 3).reshape(B, L, H * D),
                                 w["w_o"], w["b_o"])  # (B, L, E)
@@ -250,17 +259,20 @@ class NumpyFlashMHA(NumpyCore):
             return self._attend(q, kt, va, bias, scale), None
 
     def _attend(self, q: np.ndarray, kt: np.ndarray, va: np.ndarray, bias: Optional[TileMask],
-                scale: float) -> np.ndarray:
+                scale: float, heads: Optional[np.ndarray] = None) -> np.ndarray:
         """The tiled core on staged operands: keys transposed, values augmented with a ones
         column so that p @ [v, 1] = [p @ v, sum(p)] also sums the rows. q (B, H, L, D),
-        kt (B, K, D, S), va (B, K, S, D+1) -> heads (B, H, L, D) over a (B, L, H, D) buffer."""
+        kt (B, K, D, S), va (B, K, S, D+1) -> heads (B, H, L, D) over a (B, L, H, D) buffer
+        (``heads`` when given, else a new one)."""
         B, H, L, D = q.shape
         K, S = va.shape[1], va.shape[2]
         if H % K:
             raise ValueError(f"k: expected a number of kv heads dividing H={H}, got {K}")
         mask = bias if bias is not None else TileMask(np.full(B, S, dtype=np.int64))
         t = kt.dtype.type
-        out = np.empty((B, L, H, D), t).transpose(0, 2, 1, 3)  # (B, H, L, D) view
+        if heads is None:
+            heads = np.empty((B, L, H, D), t)
+        out = heads.transpose(0, 2, 1, 3)  # (B, H, L, D) view
         self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask, H // K),
                   self._units(B, H, L, H // K, mask))
         return out.astype(q.dtype, copy=False)
@@ -441,6 +453,22 @@ class NumpyFlashMHA(NumpyCore):
                 have < need for have, need in zip(buf.shape[:4], want[:4])) or buf.shape[3] != d:
             buf = self._local.buf = _Buffers(*want)
         return buf
+
+    def _workspace(self, name: str, shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A named intermediate of run(), reused while its shape and dtype repeat: fresh
+        arrays this size cost page faults on every call (2-6 ms at L = 1024)."""
+        a = self._work.get(name)
+        if a is None or a.shape != shape or a.dtype != dtype:
+            self._work.pop(name, None)  # free the old one before allocating
+            a = self._work[name] = np.empty(shape, dtype)
+        return a
+
+    def _scratch(self, shape: Tuple[int, int], dtype: Any) -> np.ndarray:
+        """This thread's (rows, cols) projection scratch, grown as needed."""
+        a = getattr(self._local, "scratch", None)
+        if a is None or a.dtype != dtype or a.size < shape[0] * shape[1]:
+            a = self._local.scratch = np.empty(shape[0] * shape[1], dtype)
+        return a[:shape[0] * shape[1]].reshape(shape)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
