@@ -186,6 +186,11 @@ class Registry:
             try:
                 for cls in _classes_in(_load_object(spec)):
                     self.register(cls, "builtin")
+                # A family may say which variants it left out here, and why.
+                dropped = getattr(sys.modules.get(spec.split(":")[0]), "DROPPED", {})
+                for name, why in dropped.items():
+                    if name not in self._entries:
+                        self.record_error(name, "builtin", why)
             except Exception as exc:
                 cause = exc.__cause__ or exc.__context__
                 self.record_error(pattern, "builtin", _describe(cause) if cause else str(exc))

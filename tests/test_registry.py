@@ -102,3 +102,13 @@ def test_entry_point_group(monkeypatch):
     monkeypatch.setattr(metadata, "entry_points", fake_entry_points)
     reg = registry.build(builtins=False, env={})
     assert reg.entries["bug.no_scale"].source.startswith("entry point")
+
+
+def test_a_compiled_variant_that_fails_its_probe_is_listed_with_the_reason(monkeypatch):
+    tc = pytest.importorskip("implementations.torch_compiled")
+    monkeypatch.setitem(tc._PROBED, "torch.flex", "InductorError: CppCompileError (planted)")
+    monkeypatch.setattr(tc, "DROPPED", {})
+    entries = registry.build(entry_points=False).entries
+    assert not entries["torch.flex"].available
+    assert entries["torch.flex"].error == "InductorError: CppCompileError (planted)"
+    assert entries["torch.compile"].available
