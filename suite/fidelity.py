@@ -56,7 +56,7 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
         "--head-dim", str(args.head_dim), "--batch", "1", "--mask", "none",
         "--dtype", "float32", "--device", "cpu", "--max-time", str(args.max_time),
         "--min-rounds", "10", "--out", str(out_dir), "--name", "fidelity",
-        *[f"--impl={i}" for i in args.impl]])
+        *[f"--impl={i}" for i in args.impl], *[f"--plugin={x}" for x in args.plugin]])
     code = sweep.run(sweep_args)
     path = sweep.results_path(sweep_args)
     if code != 0 or not path.exists():
@@ -72,7 +72,8 @@ def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
     from suite.sweep import point_problem
 
     # Unknown names fail here, before anything is timed.
-    entries = {e.name: e for e in registry.build().select(args.impl, available_only=False)}
+    entries = {e.name: e for e in registry.build(plugins=args.plugin).select(
+        args.impl, available_only=False)}
     with tempfile.TemporaryDirectory() as tmp:
         swept = sweep_medians(args, Path(tmp))
     point = {"batch": 1, "length": args.length, "head_dim": args.head_dim, "H": args.heads,
@@ -106,6 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m suite.fidelity", description=__doc__.split("\n")[0])
     p.add_argument("--impl", action="append", default=None, metavar="NAME",
                    help=f"implementations (repeatable; default {', '.join(DEFAULT_IMPLS)})")
+    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
+                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
     p.add_argument("--length", type=int, default=1024, help="Lq = Lk (default 1024)")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", dest="head_dim", type=int, default=64)
@@ -115,11 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="seconds of the independent measurement (default 2)")
     args = p.parse_args(argv)
     args.impl = args.impl or list(DEFAULT_IMPLS)
-    from suite.registry import UnknownImplementation
+    from suite.registry import PluginError, UnknownImplementation
 
     try:
         rows = check(args)
-    except (UnknownImplementation, RuntimeError) as exc:
+    except (UnknownImplementation, PluginError, RuntimeError) as exc:
         print(f"fidelity: error: {exc}", file=sys.stderr)
         return 2
     print(f"\nfidelity: B=1 L={args.length} H={args.heads} D={args.head_dim} float32 cpu, "

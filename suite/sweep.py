@@ -36,6 +36,11 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         "defaults": {"batch": [1], "head_dim": [64], "dtype": ["float32"], "device": ["cpu"]},
         "timing": {"max_time": 0.3, "min_rounds": 3, "warmup_iterations": 1},
     },
+    "long": {  # long sequences on the CPU: where linear-memory kernels go on alone
+        "blocks": [{"lengths": [8192, 16384, 32768, 65536], "heads": [8], "mask": ["none"]}],
+        "defaults": {"batch": [1], "head_dim": [64], "dtype": ["float32"], "device": ["cpu"]},
+        "timing": {"max_time": 0.5, "min_rounds": 2, "warmup_iterations": 1},
+    },
     "gpu": {  # large: every SDPA backend, half precision, up to 32k tokens
         "blocks": [{"lengths": [1024, 2048, 4096, 8192, 16384, 32768], "heads": [16],
                     "mask": ["none", "causal"]},
@@ -61,7 +66,8 @@ def _words(text: str) -> List[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="default",
-                   help="grid and timing preset (ci: seconds; default: minutes; gpu: large)")
+                   help="grid and timing preset (ci: seconds; default: minutes; long: CPU, "
+                        "8k-64k tokens; gpu: large)")
     p.add_argument("--impl", action="append", default=[], metavar="GLOB",
                    help="implementation name or glob (repeatable; default all available)")
     p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
