@@ -43,14 +43,15 @@ import numpy as np
 from implementations.numpy_mha import NP_DTYPES, NumpyCore
 from suite.problem import Problem
 
-# Tile sizes measured on a 2-core AVX-512 machine (2 MiB L2 per core, OpenBLAS), one thread,
-# among query tiles 128-512, key tiles 256-1024, diagonal strips 32-256 and 1-8 heads per
-# unit: one head per unit beats batched heads, and a (512, 512) float32 score tile (1 MiB)
-# runs the tile pipeline at ~65-70% of one core's matmul peak.
-BLOCK_Q = 512
-BLOCK_K = 512
+# Tile sizes (heads per unit, query tile, key tile) measured with 2 workers on a 2-core
+# AVX-512 machine (2 MiB L2 per core, OpenBLAS) at L = 1024-4096, whole forward. Unmasked:
+# one head per unit with (512, 512) float32 score tiles (1 MiB), ~70% of a core's matmul
+# peak per tile. Causal: 4 heads per unit with (256, 256) tiles, 3-6% ahead of the
+# unmasked choice there (a quarter as many diagonal-strip calls, so less time waiting for
+# the GIL between them). Diagonal strips are 128 query rows.
+TILES = (1, 512, 512)
+CAUSAL_TILES = (4, 256, 256)
 BLOCK_DIAG = 128
-HEADS_PER_UNIT = 1
 # Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
 # in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
 _HI = 2.0**32
@@ -117,9 +118,11 @@ class _Buffers:
 class NumpyFlashMHA(NumpyCore):
     """FlashAttention's tiled online softmax in NumPy: O(L) memory, masked tiles skipped.
 
-    ``block_q`` / ``block_k`` are the query / key tile lengths, ``heads_per_unit`` the
-    heads one batched matmul covers, ``num_threads`` the worker count (default: the
-    CPU count); all may be set per instance (tests use small tiles).
+    ``block_q`` / ``block_k`` are the query / key tile lengths and ``heads_per_unit`` the
+    heads one batched matmul covers (None: ``TILES``, or ``CAUSAL_TILES`` for a causal
+    mask), ``block_diag`` the query rows of a causal diagonal strip, ``num_threads`` the
+    worker count (default: the CPU count); all may be set per instance (tests use small
+    tiles).
     """
 
     name = "numpy.flash"
@@ -127,18 +130,20 @@ class NumpyFlashMHA(NumpyCore):
     features = NumpyCore.features
     memory_model = "linear"  # the sweep's memory prediction: no (B, H, L, S) array
 
-    def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
-                 num_threads: Optional[int] = None, heads_per_unit: int = HEADS_PER_UNIT,
+    def __init__(self, block_q: Optional[int] = None, block_k: Optional[int] = None,
+                 num_threads: Optional[int] = None, heads_per_unit: Optional[int] = None,
                  block_diag: int = BLOCK_DIAG):
         for arg, val in (("block_q", block_q), ("block_k", block_k),
                          ("heads_per_unit", heads_per_unit), ("block_diag", block_diag)):
+            if val is None and arg != "block_diag":
+                continue
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"{arg}: expected a positive int, got {val!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"num_threads: expected a positive int or None, got {num_threads!r}")
-        self.block_q = int(block_q)
-        self.block_k = int(block_k)
-        self.heads_per_unit = int(heads_per_unit)
+        self.block_q = None if block_q is None else int(block_q)
+        self.block_k = None if block_k is None else int(block_k)
+        self.heads_per_unit = None if heads_per_unit is None else int(heads_per_unit)
         self.block_diag = int(block_diag)
         self.num_threads = num_threads or os.cpu_count() or 1
         self._pool: Optional[ThreadPoolExecutor] = None
@@ -273,8 +278,10 @@ class NumpyFlashMHA(NumpyCore):
         if heads is None:
             heads = np.empty((B, L, H, D), t)
         out = heads.transpose(0, 2, 1, 3)  # (B, H, L, D) view
-        self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask, H // K),
-                  self._units(B, H, L, H // K, mask))
+        tiles = self._tiling(mask)
+        self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask,
+                                       H // K, tiles),
+                  self._units(B, H, L, H // K, mask, tiles))
         return out.astype(q.dtype, copy=False)
 
     def _map(self, fn, items: Iterable[Any]) -> None:
@@ -286,17 +293,22 @@ class NumpyFlashMHA(NumpyCore):
             for item in items:
                 fn(item)
 
-    def _units(self, B: int, H: int, L: int, G: int,
-               mask: TileMask) -> List[Tuple[int, int, int, int, int]]:
+    def _tiling(self, mask: TileMask) -> Tuple[int, int, int]:
+        """(heads per unit, query tile, key tile): the instance's, else the tuned defaults."""
+        hc, bq, bk = CAUSAL_TILES if mask.causal_offset is not None else TILES
+        return (self.heads_per_unit or hc, self.block_q or bq, self.block_k or bk)
+
+    def _units(self, B: int, H: int, L: int, G: int, mask: TileMask,
+               tiles: Tuple[int, int, int]) -> List[Tuple[int, int, int, int, int]]:
         """(b, h0, h1, i0, i1) work units, heaviest first so the pool ends evenly.
 
         With GQA (G query heads per kv head) a head group stays inside one kv head, so
         its kv tile is one array broadcast over the group.
         """
-        hc = max(1, min(H, self.heads_per_unit))
+        hc = max(1, min(H, tiles[0]))
         if G > 1:
             hc = max(c for c in range(1, min(hc, G) + 1) if G % c == 0)
-        bq = self.block_q
+        bq = tiles[1]
         units = [(b, h0, min(h0 + hc, H), i0, min(i0 + bq, L)) for b in range(B)
                  for h0 in range(0, H, hc) for i0 in range(0, L, bq)]
         if mask.causal_offset is not None:
@@ -305,7 +317,7 @@ class NumpyFlashMHA(NumpyCore):
 
     def _unit(self, unit: Tuple[int, int, int, int, int], q: np.ndarray, scale: Any,
               kt: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
-              G: int) -> None:
+              G: int, tiles: Tuple[int, int, int]) -> None:
         """One query tile of one head group: a single pass over its visible key tiles.
 
         The running row max m is kept lazily: a tile is first exponentiated against the
@@ -315,7 +327,7 @@ class NumpyFlashMHA(NumpyCore):
         b, h0, h1, i0, i1 = unit
         D = q.shape[3]
         hc, tq = h1 - h0, i1 - i0
-        buf = self._buffers(hc, D, out.dtype)
+        buf = self._buffers(tiles, D, out.dtype)
         acc = buf.acc[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
         np.multiply(q[b, h0:h1, i0:i1], scale, out=buf.q[:hc, :tq], casting="same_kind")
         buf.m[:hc, :tq] = 0  # m = 0 until a tile's sums leave [LO, HI]
@@ -323,7 +335,7 @@ class NumpyFlashMHA(NumpyCore):
         acc.fill(0)
         kv = slice(h0, h1) if G == 1 else slice(h0 // G, h0 // G + 1)  # broadcast over GQA
         with np.errstate(over="ignore", invalid="ignore"):  # overflow: the tile is redone
-            for r0, r1, j0, j1 in self._tiles(mask, b, i0, i1):
+            for r0, r1, j0, j1 in self._tiles(mask, b, i0, i1, tiles[2]):
                 forbid = self._forbidden(mask, b, h0, h1, r0, r1, j0, j1)
                 if forbid is not False:  # False: the whole tile is masked, skip its matmuls
                     self._tile(buf, slice(r0 - i0, r1 - i0), kt[b, kv, :, j0:j1], va[b, kv, j0:j1],
@@ -333,10 +345,11 @@ class NumpyFlashMHA(NumpyCore):
         np.copyto(row_sum, 1, where=row_sum == 0)
         np.divide(acc[..., :D], row_sum, out=out[b, h0:h1, i0:i1])
 
-    def _tiles(self, mask: TileMask, b: int, i0: int, i1: int) -> Iterator[Tuple[int, int, int, int]]:
+    def _tiles(self, mask: TileMask, b: int, i0: int, i1: int,
+               bk: int) -> Iterator[Tuple[int, int, int, int]]:
         """(r0, r1, j0, j1): the query rows and keys of each tile of query tile [i0, i1).
 
-        Keys every row may see come in full-height tiles of ``block_k``; with a causal mask
+        Keys every row may see come in full-height tiles of ``bk`` keys; with a causal mask
         the diagonal square after them is cut into row strips of ``block_diag``, each ending
         at its own last visible key, so only strip-sized triangles above the diagonal are
         computed and masked.
@@ -345,14 +358,14 @@ class NumpyFlashMHA(NumpyCore):
         full_end = key_end
         if mask.causal_offset is not None:
             full_end = min(key_end, max(i0 + mask.causal_offset, 0))  # seen by row i0 on
-        for j0 in range(0, full_end, self.block_k):
-            yield i0, i1, j0, min(j0 + self.block_k, full_end)
+        for j0 in range(0, full_end, bk):
+            yield i0, i1, j0, min(j0 + bk, full_end)
         if full_end < key_end:
             for r0 in range(i0, i1, self.block_diag):
                 r1 = min(r0 + self.block_diag, i1)
                 end = min(key_end, r1 + mask.causal_offset)  # row r1 - 1's last key + 1
-                for j0 in range(full_end, end, self.block_k):
-                    yield r0, r1, j0, min(j0 + self.block_k, end)
+                for j0 in range(full_end, end, bk):
+                    yield r0, r1, j0, min(j0 + bk, end)
 
     def _tile(self, buf: _Buffers, rows: slice, k_tile: np.ndarray, v_tile: np.ndarray,
               mask: TileMask, forbid: Any, b: int, h0: int, h1: int, r0: int, r1: int,
@@ -445,13 +458,16 @@ class NumpyFlashMHA(NumpyCore):
         return forbid
 
     # --- workers ------------------------------------------------------------------------------
-    def _buffers(self, hc: int, d: int, dtype: np.dtype) -> _Buffers:
-        """This thread's buffers, grown when a call needs larger tiles or another dtype."""
-        buf = getattr(self._local, "buf", None)
-        want = (hc, self.block_q, self.block_k, d, np.dtype(dtype))
-        if buf is None or buf.shape[4] != want[4] or any(
-                have < need for have, need in zip(buf.shape[:4], want[:4])) or buf.shape[3] != d:
-            buf = self._local.buf = _Buffers(*want)
+    def _buffers(self, tiles: Tuple[int, int, int], d: int, dtype: np.dtype) -> _Buffers:
+        """This thread's buffers for these tile sizes, head width and dtype (the last 4 kept)."""
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            bufs = self._local.bufs = {}
+        key = (*tiles, d, np.dtype(dtype))
+        buf = bufs.pop(key, None) or _Buffers(*key)
+        bufs[key] = buf  # most recently used last
+        while len(bufs) > 4:
+            bufs.pop(next(iter(bufs)))
         return buf
 
     def _workspace(self, name: str, shape: Tuple[int, ...], dtype: Any) -> np.ndarray:

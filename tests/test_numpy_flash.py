@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from implementations.numpy_flash import NumpyFlashMHA
+from implementations.numpy_flash import CAUSAL_TILES, TILES, NumpyFlashMHA, tile_mask
 from implementations.numpy_mha import NumpyMHA
 from suite.agreement import max_abs_err
 from suite.oracle import naive, oracle
@@ -83,6 +83,17 @@ def test_masks_and_shapes(kinds, B, L, S):
     H = 4
     p = make_problem(7, B, L, S, 16, H, mask=_mask_parts(rng, kinds, B, H, L, S)).validate()
     check(p)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_tiles(causal):
+    """The tuned defaults (one head of (512, 512) tiles; four heads of (256, 256) tiles and
+    128-row diagonal strips when causal) at a length that ends in partial tiles."""
+    impl = NumpyFlashMHA()
+    assert impl._tiling(tile_mask(make_problem(0, 1, 4, 4, 8, 2, mask=Mask(causal=causal)),
+                                  np.float32)) == (CAUSAL_TILES if causal else TILES)
+    p = make_problem(4, 1, 700, 700, 64, 8, mask=Mask(causal=causal)).validate()
+    check(p, impl)
 
 
 @pytest.mark.parametrize("H,K", [(4, 1), (4, 2), (6, 3), (8, 2)])
