@@ -382,7 +382,7 @@ class NumpyFlashMHA(NumpyCore):
         if forbid is not None:
             # Masked weights are exactly 0, set after exp2 (whose -inf and underflow lanes take
             # a slow path), so garbage keys' NaN/inf never reach the sums.
-            np.copyto(s, 0, where=forbid)
+            np.copyto(s[..., forbid[0]:], 0, where=forbid[1])
         np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
         # Accept unless a row overflows past HI (or is NaN), or has no mass yet and underflows.
         if tile_sum.max() <= _HI and (tile_sum.min() >= _LO
@@ -392,8 +392,8 @@ class NumpyFlashMHA(NumpyCore):
         shift, alpha = buf.shift[:hc, rows], buf.alpha[:hc, rows]  # (h, Tr, 1)
         m = buf.m[:hc, rows]  # (h, Tr, 1)
         self._logits(s, qs, k_tile, m, mask, b, h0, h1, r0, r1, j0, j1)
-        if forbid is not None:
-            np.copyto(s, -np.inf, where=forbid)  # assign, not add: garbage keys may be NaN
+        if forbid is not None:  # assign, not add: garbage keys may be NaN
+            np.copyto(s[..., forbid[0]:], -np.inf, where=forbid[1])
         # Standard online-softmax step: raise m to the tile's row max where it grew.
         np.max(s, axis=-1, keepdims=True, out=shift)
         grow = np.isfinite(shift) & ((shift > 0) | (row_sum == 0))
@@ -432,8 +432,10 @@ class NumpyFlashMHA(NumpyCore):
 
     def _forbidden(self, mask: TileMask, b: int, h0: int, h1: int, i0: int, i1: int, j0: int,
                    j1: int):
-        """The tile's masked entries: None (none masked), False (all masked) or a bool array
-        broadcastable to (h, Tq, Tk) (head-free parts stay (Tq, Tk))."""
+        """The tile's masked entries: None (none masked), False (all masked) or (c0, forbid)
+        with forbid a bool array broadcastable to (h, Tq, Tk - c0) over the tile's columns
+        from c0 on (head-free parts stay 2-D; a causal strip's c0 skips the columns every
+        row sees, so only its own diagonal square is masked)."""
         forbid = None
         if mask.row_lens is not None:
             lens = mask.row_lens[b, i0:i1]  # (Tq,)
@@ -446,15 +448,20 @@ class NumpyFlashMHA(NumpyCore):
             if j0 > last + (i1 - i0 - 1):
                 return False
             if j1 - 1 > last:
-                part = _above_diagonal(i1 - i0, j1 - j0, last - j0)  # (Tq, Tk), shared
-                forbid = part if forbid is None else np.logical_or(forbid, part, out=forbid)
+                c0 = max(0, last + 1 - j0)  # the columns before c0 are seen by every row
+                part = _above_diagonal(i1 - i0, j1 - j0 - c0, last - j0 - c0)  # shared
+                if forbid is None and mask.allowed is None:
+                    return c0, part
+                if forbid is None:
+                    forbid = np.zeros((i1 - i0, j1 - j0), bool)  # (Tq, Tk)
+                np.logical_or(forbid[:, c0:], part, out=forbid[:, c0:])
         if mask.allowed is not None:
             heads = slice(h0, h1) if mask.allowed.strides[1] else slice(h0, h0 + 1)
             allowed = mask.allowed[b, heads, i0:i1, j0:j1]  # (h or 1, Tq, Tk) view
             if not allowed.any():
                 return False
             forbid = ~allowed if forbid is None else np.logical_or(forbid, ~allowed)
-        return forbid
+        return None if forbid is None else (0, forbid)
 
     # --- workers ------------------------------------------------------------------------------
     def _buffers(self, tiles: Tuple[int, int, int], d: int, dtype: np.dtype) -> _Buffers:
