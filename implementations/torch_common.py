@@ -203,7 +203,10 @@ def cuda_available() -> bool:
 
 def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis; a row with no finite score gives zeros, not NaN."""
-    top = scores.amax(dim=-1, keepdim=True)
+    # The row max is a shift softmax cancels exactly, so no gradient flows through it;
+    # detached, inductor's float16/bfloat16 backward is also finite (through amax it gave
+    # NaN, measured, torch 2.13 CPU).
+    top = scores.amax(dim=-1, keepdim=True).detach()
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     e = torch.exp(scores - top)
     total = e.sum(dim=-1, keepdim=True)

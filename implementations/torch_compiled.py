@@ -30,6 +30,7 @@ class TorchCompiled(TorchEager):
     def __init__(self) -> None:
         # Shapes become dynamic after a recompile, so a sweep stays under dynamo's recompile limit.
         self._compiled = torch.compile(self._core)
+        allow_recompiles()
 
     @staticmethod
     def _core(q, k, v, bias, allowed, dead, scale: float):
@@ -73,10 +74,9 @@ class TorchFlex(TorchCore):
         from torch.nn.attention.flex_attention import flex_attention
 
         # Static shapes: FlexAttention's dynamic-shape CPU kernel fails to build (inductor
-        # CppCompileError, measured, torch 2.13), so each shape compiles once; the limit is
-        # raised so a sweep's shapes fit, and warm_call refuses a silent eager fallback.
+        # CppCompileError, measured, torch 2.13), so each shape compiles once.
         self._flex = torch.compile(flex_attention, dynamic=False)
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        allow_recompiles()
 
     def dtypes(self, device: str) -> Sequence[str]:
         # FlexAttention's CPU lowering takes float32, float16 and bfloat16 only (measured).
@@ -99,6 +99,24 @@ class TorchFlex(TorchCore):
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
         state["compile_s"] = warm_call(self, state)
+
+
+# Compiled graphs a process may keep per function and in all: a conformance run compiles
+# every shape x dtype x mask kind x gradient combination (~150 per plugin), a sweep every
+# point's shape. dynamo's defaults (8 and 256) would fall back to eager part-way through.
+RECOMPILE_LIMIT = 4096
+ACCUMULATED_RECOMPILE_LIMIT = 65536
+
+
+def allow_recompiles() -> None:
+    """Raise dynamo's recompile limits (never lower them); warm_call still refuses the
+    eager fallback should a run get past them."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
+    cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit,
+                                          ACCUMULATED_RECOMPILE_LIMIT)
 
 
 def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:

@@ -98,9 +98,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     _registry(args)
     started = time.monotonic()
-    print(f"[1/3] conformance -> {out / 'conformance.json'}", flush=True)
+    # The conformance matrix covers the dtypes the sweep times (mha-suite check: all).
+    dtypes = args.dtype or sweep.preset_dtypes(args.preset)
+    print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
     check_code = cmd_check(argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
-                                                 "k": None, "pytest_args": []}))
+                                                 "dtype": dtypes, "k": None, "pytest_args": []}))
     print(f"[2/3] sweep (preset {args.preset}) -> {out}", flush=True)
     sweep_parser = argparse.ArgumentParser(prog="mha-suite sweep")
     sweep.add_arguments(sweep_parser)
@@ -163,8 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the main job: conformance + sweep + HTML report")
     _add_selection(p)
     p.add_argument("--device", action="append", default=[], help="device prefix, e.g. cpu")
-    p.add_argument("--dtype", action="append", default=[], help=argparse.SUPPRESS)
-    p.add_argument("--preset", default="default", help="sweep preset (ci, default, gpu)")
+    p.add_argument("--dtype", action="append", default=[],
+                   help="conformance dtypes (default: the preset's; mha-suite check runs all)")
+    p.add_argument("--preset", default="default", choices=sorted(sweep.PRESETS),
+                   help="sweep preset (default: default)")
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")
     _add_run_options(p)

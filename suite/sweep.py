@@ -34,7 +34,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
                     "mask": ["none", "causal"]},
                    {"lengths": [1024], "heads": [1, 2, 4, 16], "mask": ["none", "causal"]}],
         "defaults": {"batch": [1], "head_dim": [64], "dtype": ["float32"], "device": ["cpu"]},
-        "timing": {"max_time": 0.3, "min_rounds": 3, "warmup_iterations": 1},
+        "timing": {"max_time": 0.2, "min_rounds": 3, "warmup_iterations": 1},
     },
     "long": {  # long sequences on the CPU: where linear-memory kernels go on alone
         "blocks": [{"lengths": [8192, 16384, 32768, 65536], "heads": [8], "mask": ["none"]}],
@@ -50,6 +50,17 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         "timing": {"max_time": 0.5, "min_rounds": 5, "warmup_iterations": 3},
     },
 }
+
+
+def preset_dtypes(preset: str) -> List[str]:
+    """The dtypes a preset sweeps, in the order it names them."""
+    spec = PRESETS[preset]
+    found: List[str] = []
+    for block in spec["blocks"]:
+        for d in block.get("dtype", spec["defaults"]["dtype"]):
+            if d not in found:
+                found.append(d)
+    return found
 
 
 def _ints(text: str) -> List[int]:
