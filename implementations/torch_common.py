@@ -30,7 +30,6 @@ and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded values (NaN paddi
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -188,13 +187,6 @@ def zero_dead_values(v: torch.Tensor, mask: TorchMask) -> torch.Tensor:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).numpy()
-
-
-def timed_compile(fn, *args) -> float:
-    """Seconds a first (compiling) call takes."""
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
 
 
 def cuda_available() -> bool:

@@ -28,7 +28,7 @@ class TorchCompiled(TorchEager):
     features = TorchEager.features - {"weights"}
 
     def __init__(self) -> None:
-        # Shapes become dynamic after a recompile, so a sweep stays under dynamo's recompile limit.
+        # Shapes become dynamic after a recompile, so sizes alone rarely add graphs.
         self._compiled = torch.compile(self._core)
         allow_recompiles()
 

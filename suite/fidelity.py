@@ -46,7 +46,7 @@ def independent_seconds(framework: str, fn: Callable[[], None],
 
 
 def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str, Any]]:
-    """Run the one-point sweep in this process; impl -> {median_s, iqr_s, rounds}."""
+    """Run the one-point sweep in this process; impl -> {median_s, iqr_s}."""
     from suite import sweep
 
     parser = argparse.ArgumentParser()
@@ -62,8 +62,7 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
     if code != 0 or not path.exists():
         raise RuntimeError(f"the fidelity sweep failed (exit {code}); see its output above")
     doc = json.loads(path.read_text())
-    return {b["extra_info"]["impl"]: {"median_s": b["stats"]["median"],
-                                      "iqr_s": b["stats"]["iqr"], "rounds": b["stats"]["rounds"]}
+    return {b["extra_info"]["impl"]: {"median_s": b["stats"]["median"], "iqr_s": b["stats"]["iqr"]}
             for b in doc["benchmarks"]}
 
 

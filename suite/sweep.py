@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 POINT_TIMEOUT_S = 1800.0  # one point, all its rounds: the largest CPU points take minutes
-MASKS = ("none", "causal", "padding")
+# Sweep masks and the feature each needs of an implementation.
+MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
+MASKS = tuple(MASK_FEATURE)
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 AXES = ("lengths", "heads", "kv_heads", "batch", "head_dim", "dtype", "mask", "device", "grad")
 

@@ -9,19 +9,24 @@ import pytest
 
 from suite import timing
 from suite.benchmarks.conftest import POINT, STATE, PointTimeout, _spec, note, record_not_measured
-from suite.sweep import point_problem
-
-MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
+from suite.sweep import MASK_FEATURE, point_problem
 
 
-def _failure(exc: BaseException) -> tuple:
-    """(status, reason) of a point that raised: timeout, oom or error."""
+def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
+                  exc: BaseException) -> None:
+    """Record a point that raised (timeout, oom or error) and skip it; the sweep goes on."""
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, PointTimeout):
-        return "timeout", text
-    oom = isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
-        or "out of memory" in text.lower()
-    return ("oom" if oom else "error"), text[:500]
+        status = "timeout"
+    elif isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
+            or "out of memory" in text.lower():
+        status = "oom"
+    else:
+        status = "error"
+    reason = text[:500]
+    record_not_measured(request.config, extra, status, reason)
+    note(request.config, f"{status}: {request.node.callspec.id}: {reason}"[:300])
+    pytest.skip(f"{status}: {reason}")
 
 
 def test_point(benchmark, sweep_point, request):
@@ -69,10 +74,7 @@ def test_point(benchmark, sweep_point, request):
             impl.run(st)
             impl.synchronize(st)
     except Exception as exc:  # recorded for this point; the sweep goes on
-        status, reason = _failure(exc)
-        record_not_measured(config, extra, status, reason)
-        note(config, f"{status}: {request.node.callspec.id}: {reason}"[:300])
-        pytest.skip(f"{status}: {reason}")
+        _not_measured(request, extra, exc)
     extra.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
                  compile_s=compile_s, prepare_s=prepare_s, status="ok", reason=None)
     benchmark.extra_info.update(extra)
@@ -84,10 +86,7 @@ def test_point(benchmark, sweep_point, request):
     try:
         benchmark(timed)
     except Exception as exc:
-        status, reason = _failure(exc)
-        record_not_measured(config, extra, status, reason)
-        note(config, f"{status}: {request.node.callspec.id}: {reason}"[:300])
-        pytest.skip(f"{status}: {reason}")
+        _not_measured(request, extra, exc)
     median = benchmark.stats.stats.median
     benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
     config.stash[STATE]["count"] += 1

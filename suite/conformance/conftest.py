@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     extra = config.getoption("--known-failures") or []
     config.stash[KNOWN] = read_known_failures([KNOWN_FILE, *extra])
     config.stash[USED] = set()
-    config.stash[PROGRESS] = {"bar": None, "saved": time.monotonic()}
+    config.stash[PROGRESS] = {"bar": None, "saved": time.monotonic(), "failed": 0}
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
@@ -86,8 +86,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     bar = progress_bar("conformance", TextColumn("{task.fields[failed]} failed", style="red"))
     bar.start()
-    config.stash[PROGRESS].update(bar=bar, task=bar.add_task("", total=len(items), failed=0),
-                                  failed=0)
+    config.stash[PROGRESS].update(bar=bar, task=bar.add_task("", total=len(items), failed=0))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -115,7 +114,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     or a harness error) is still recorded, as an error with the reason."""
     report = yield
     if report.when == "call" and report.failed:
-        item.config.stash[PROGRESS]["failed"] = item.config.stash[PROGRESS].get("failed", 0) + 1
+        item.config.stash[PROGRESS]["failed"] += 1
         cs = getattr(item, "callspec", None)
         if not item.stash.get(RECORDED, False) and cs is not None and "target" in cs.params:
             entry, device, dtype = cs.params["target"]
