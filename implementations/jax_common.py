@@ -91,6 +91,10 @@ class JaxCore(Implementation):
     def framework_version(self) -> str:
         return jax.__version__
 
+    def fresh(self) -> JaxCore:
+        jax.clear_caches()  # a repeated run traces and compiles again
+        return type(self)()
+
     def devices(self) -> List[str]:
         return ["cpu", *(f"cuda:{i}" for i in range(gpu_count()))]
 

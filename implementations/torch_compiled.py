@@ -18,6 +18,7 @@ import torch
 
 from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
 from implementations.torch_eager import TorchEager
+from suite.plugin import Deviation
 
 
 class TorchCompiled(TorchEager):
@@ -51,6 +52,9 @@ class TorchCompiled(TorchEager):
     def after_prepare(self, state: Dict[str, Any]) -> None:
         state["compile_s"] = warm_call(self, state)
 
+    def fresh(self) -> TorchCompiled:
+        return fresh_compiled(self)
+
 
 class TorchFlex(TorchCore):
     """FlexAttention (``torch.nn.attention.flex_attention``) with the whole mask as a score_mod.
@@ -65,10 +69,33 @@ class TorchFlex(TorchCore):
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale"})
     deviations = {
-        "nan_padding": "NaN in a padded value position gives NaN rows: the masked weight is 0 "
-                       "and 0 * NaN is NaN in weights @ v (NaN keys are dropped by the mask) "
-                       f"(measured on the CPU, torch {torch.__version__})"}
+        "nan_padding": Deviation(
+            "confined", "NaN in a padded value position gives NaN rows: the masked weight is 0 "
+                        "and 0 * NaN is NaN in weights @ v (NaN keys are dropped by the mask) "
+                        f"(measured on the CPU, torch {torch.__version__})")}
     repeat_kv = False
+    repro_code = """
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+
+
+        def attend(q, k, v, allowed, bias, scale):
+            t = lambda a: torch.from_numpy(a).to(DEVICE, getattr(torch, DTYPE))  # noqa: E731
+            kw = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
+            if bias is not None:
+                B, Hm, L, S = bias.shape
+                flat_bias = t(bias).reshape(-1)
+                flat_allowed = torch.from_numpy(allowed).to(DEVICE).expand(B, Hm, L, S).reshape(-1)
+
+                def score_mod(score, b, h, q_idx, kv_idx):
+                    i = ((b * Hm + (h if Hm > 1 else 0)) * L + q_idx) * S + kv_idx
+                    return torch.where(flat_allowed[i], score + flat_bias[i], float("-inf"))
+
+                kw["score_mod"] = score_mod
+            return flex(t(q), t(k), t(v), **kw).to("cpu", torch.float64).numpy()
+    """
 
     def __init__(self) -> None:
         from torch.nn.attention.flex_attention import flex_attention
@@ -99,6 +126,18 @@ class TorchFlex(TorchCore):
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
         state["compile_s"] = warm_call(self, state)
+
+    def fresh(self) -> TorchFlex:
+        return fresh_compiled(self)
+
+
+def fresh_compiled(impl: TorchCore) -> TorchCore:
+    """A new instance after dropping every compiled graph of the process (dynamo and inductor
+    caches), so a repeated run compiles again, as a new process would."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return type(impl)()
 
 
 # Compiled graphs a process may keep per function and in all: a conformance run compiles

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
-from suite.plugin import Result
+from suite.plugin import Deviation, Result
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
 
@@ -28,13 +28,14 @@ class TorchNN(TorchCore):
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "weights", "grad"})
     deviations = {
-        "fully_masked_rows": "a query row with no key to attend gives NaN, not a zero head "
-                             "output, with need_weights=True (explicit softmax) and on the "
-                             "self-attention inference fast path; the SDPA path gives zeros "
-                             f"(measured, torch {torch.__version__})",
-        "nan_padding": "NaN in a padded key or value position gives NaN rows: masking adds -inf "
-                       "to q.k^T (NaN + -inf is NaN) and 0 * NaN is NaN in weights @ v "
-                       f"(measured, torch {torch.__version__})",
+        "fully_masked_rows": Deviation(
+            "nan", "a query row with no key to attend gives NaN, not a zero head output, with "
+                   "need_weights=True (explicit softmax) and on the self-attention inference "
+                   f"fast path; the SDPA path gives zeros (measured, torch {torch.__version__})"),
+        "nan_padding": Deviation(
+            "confined", "NaN in a padded key or value position gives NaN rows: masking adds "
+                        "-inf to q.k^T (NaN + -inf is NaN) and 0 * NaN is NaN in weights @ v "
+                        f"(measured, torch {torch.__version__})"),
     }
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,

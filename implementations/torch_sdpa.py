@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import TorchCore, TorchMask, cuda_available
+from suite.plugin import Deviation
 
 
 def _has_gqa() -> bool:
@@ -46,10 +47,25 @@ def _sdpa(q, k, v, mask: TorchMask, scale: float) -> torch.Tensor:
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
     repeat_kv = not HAS_GQA
-    deviations: Dict[str, str] = {
-        "nan_padding": "NaN in a masked key or value position gives NaN rows: SDPA adds the "
-                       "mask to q.k^T (NaN + -inf is NaN) and 0 * NaN is NaN in weights @ v "
-                       f"(measured on every CPU backend, torch {torch.__version__})"}
+    deviations: Dict[str, Deviation] = {
+        "nan_padding": Deviation("confined", "NaN in a masked key or value position gives NaN "
+                                 "rows: SDPA adds the mask to q.k^T (NaN + -inf is NaN) and "
+                                 "0 * NaN is NaN in weights @ v (measured on every CPU backend, "
+                                 f"torch {torch.__version__})")}
+
+    repro_code = """
+        import torch
+        import torch.nn.functional as F
+
+
+        def attend(q, k, v, allowed, bias, scale):
+            t = lambda a: torch.from_numpy(a).to(DEVICE, getattr(torch, DTYPE))  # noqa: E731
+            kw = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
+            if bias is not None:
+                kw["attn_mask"] = t(bias)  # the bias with -inf where not allowed
+            out = F.scaled_dot_product_attention(t(q), t(k), t(v), **kw)
+            return out.to("cpu", torch.float64).numpy()
+    """
 
     def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
         with self.backend():

@@ -9,9 +9,10 @@ import pandas as pd
 
 from suite.results import Document, fit_exponent, machine_ids
 
-OUTCOME_ORDER = ["fail", "error", "deviation", "unsupported", "pass"]  # worst first
-SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "deviation": "deviation",
-         "unsupported": "unsupported"}
+OUTCOME_ORDER = ["fail", "error", "flaky", "known_failure", "deviation", "unsupported",
+                 "pass"]  # worst first
+SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "flaky": "FLAKY",
+         "known_failure": "known failure", "deviation": "deviation", "unsupported": "unsupported"}
 RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "Lq"]
 COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "D", "mask",
                 "grad"]
@@ -84,8 +85,14 @@ def implementations(docs: List[Document]) -> List[Dict[str, Any]]:
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
-                "deviations": sorted((i.get("deviations") or {}).items())}
+                "deviations": sorted((b, _declared(d)) for b, d in
+                                     (i.get("deviations") or {}).items())}
     return sorted(seen.values(), key=lambda r: (not r["available"], r["name"] or ""))
+
+
+def _declared(d: Any) -> str:
+    """A declared deviation as text: 'policy: reason' (older files hold the reason alone)."""
+    return f"{d.get('policy')}: {d.get('reason')}" if isinstance(d, dict) else str(d)
 
 
 # --- conformance ---------------------------------------------------------------------------

@@ -1,15 +1,21 @@
 """The agreement rule: err(impl) <= k * err(naive_t) + atol_t, against the float64 oracle.
 
 err is the max abs error; naive_t is the plain algorithm computed in dtype t
-(``suite.oracle.naive``), so the bound is "no worse than k times what the
-dtype itself allows", the rule of the FlashAttention tests, generalised.
+(``suite.oracle.baselines``), in more than one reduction order, and err(naive_t) is the
+largest of their errors: "no worse than k times what the dtype itself allows, whatever
+order the sums run in", the rule of the FlashAttention tests, generalised.
+
+A reference may hold NaN where a declared policy says the output is NaN (say, a fully
+masked row under the ``nan`` policy): there the implementation must give NaN too.
+``may_be_nan`` marks entries where NaN is allowed instead of a value (NaN confined to the
+rows that read a NaN key or value); everywhere else NaN or inf is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -30,6 +36,7 @@ class Comparison:
     err_naive: float
     k: float
     atol: float
+    nan_error: Optional[str] = None  # NaN where none may be, or a value where NaN is due
 
     @property
     def bound(self) -> float:
@@ -44,11 +51,12 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return bool(self.err <= self.bound)  # NaN err compares False: a failure
+        return self.nan_error is None and bool(self.err <= self.bound)  # NaN err: a failure
 
     def describe(self) -> str:
-        return (f"{self.what}: err {self.err:.3g} vs bound {self.bound:.3g} "
-                f"(= {self.k:g} x naive err {self.err_naive:.3g} + atol {self.atol:.3g})")
+        figures = (f"{self.what}: err {self.err:.3g} vs bound {self.bound:.3g} "
+                   f"(= {self.k:g} x naive err {self.err_naive:.3g} + atol {self.atol:.3g})")
+        return f"{self.what}: {self.nan_error}; {figures}" if self.nan_error else figures
 
 
 def max_abs_err(got: np.ndarray, ref: np.ndarray) -> float:
@@ -64,8 +72,32 @@ def max_abs_err(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(got - ref).max())
 
 
-def compare(what: str, got: np.ndarray, ref: np.ndarray, naive_t: np.ndarray, dtype: str,
-            k: float = K_FORWARD) -> Comparison:
-    scale = max(1.0, float(np.abs(ref).max()) if ref.size else 1.0)
-    return Comparison(what, max_abs_err(got, ref), max_abs_err(naive_t, ref), k,
-                      ATOL[dtype] * scale)
+def _err(got: np.ndarray, ref: np.ndarray, excused: np.ndarray) -> float:
+    """Max abs error over the entries not excused (where ref must be NaN or may be)."""
+    keep = ~excused
+    if not keep.any():
+        return 0.0
+    return max_abs_err(got[keep], ref[keep])
+
+
+def compare(what: str, got: np.ndarray, ref: np.ndarray,
+            naive_t: Union[np.ndarray, Sequence[np.ndarray]], dtype: str,
+            k: float = K_FORWARD, may_be_nan: Optional[np.ndarray] = None) -> Comparison:
+    """Compare ``got`` with the oracle's ``ref`` under the rule; ``naive_t`` is one baseline
+    or several (reduction orders), the largest error counting."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        raise AssertionError(f"shape: expected {ref.shape}, got {got.shape}")
+    naives = [naive_t] if isinstance(naive_t, np.ndarray) else list(naive_t)
+    must_nan = np.isnan(ref)
+    may = np.zeros(ref.shape, bool) if may_be_nan is None else np.broadcast_to(may_be_nan, ref.shape)
+    excused = must_nan | (may & np.isnan(got))
+    nan_error = None
+    if (must_nan & ~np.isnan(got)).any():
+        n = int((must_nan & ~np.isnan(got)).sum())
+        nan_error = f"{n} of {int(must_nan.sum())} entries the declared policy makes NaN are not NaN"
+    finite_ref = ref[np.isfinite(ref)]
+    scale = max(1.0, float(np.abs(finite_ref).max()) if finite_ref.size else 1.0)
+    err_naive = max(_err(np.asarray(n, np.float64), ref, must_nan) for n in naives)
+    return Comparison(what, _err(got, ref, excused), err_naive, k, ATOL[dtype] * scale, nan_error)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -21,8 +21,6 @@ class Case:
     family: str  # masking, shapes, numerics, properties
     name: str
     build: Callable[[int], Problem]
-    # The spec behaviour this case pins down that a plugin may declare a deviation on.
-    behaviour: Optional[str] = None
     doc: str = ""
 
     @property
@@ -36,9 +34,11 @@ class Case:
 CASES: List[Case] = []
 
 
-def case(family: str, name: str, behaviour: Optional[str] = None):
+def case(family: str, name: str):
+    """Register a case; which declarable behaviours its problem exhibits is read from the
+    problem itself (``suite.check.behaviours``), never from a tag."""
     def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
-        CASES.append(Case(family, name, fn, behaviour, (fn.__doc__ or "").strip()))
+        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip()))
         return fn
     return deco
 
@@ -94,7 +94,7 @@ def _causal_br_short(seed):
     return make_problem(seed, B, 7, 12, E, H, mask=Mask(causal=True, causal_align="bottom_right"))
 
 
-@case("masking", "causal_bottom_right_long_query", behaviour="fully_masked_rows")
+@case("masking", "causal_bottom_right_long_query")
 def _causal_br_long(seed):
     """Causal, Lq > Lk, bottom-right aligned: the first Lq - Lk rows see no key."""
     return make_problem(seed, B, 12, 7, E, H, mask=Mask(causal=True, causal_align="bottom_right"))
@@ -158,25 +158,25 @@ def _padded(seed: int, fill: float) -> Problem:
     return dataclasses.replace(p, key=key, value=value)
 
 
-@case("masking", "nan_padding", behaviour="nan_padding")
+@case("masking", "nan_padding")
 def _nan_padding(seed):
     """Padded keys and values hold NaN: the unpadded output must not change."""
     return _padded(seed, np.nan)
 
 
-@case("masking", "garbage_padding", behaviour="nan_padding")
+@case("masking", "garbage_padding")
 def _garbage_padding(seed):
     """Padded keys and values hold 1e4 garbage: the unpadded output must not change."""
     return _padded(seed, 1e4)
 
 
-@case("masking", "fully_masked_valid_lens", behaviour="fully_masked_rows")
+@case("masking", "fully_masked_valid_lens")
 def _fully_masked_vl(seed):
     """valid_lens 0 for one batch item: its rows attend to nothing, so output = b_o."""
     return make_problem(seed, B, L, 13, E, H, mask=Mask(valid_lens=np.array([13, 0, 4])))
 
 
-@case("masking", "fully_masked_bool_row", behaviour="fully_masked_rows")
+@case("masking", "fully_masked_bool_row")
 def _fully_masked_bool(seed):
     """A boolean mask with all-False query rows: those rows give a zero head output."""
     allowed = _rng(seed).random((B, H, L, 13)) < 0.6

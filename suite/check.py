@@ -1,23 +1,30 @@
-"""Running one conformance case on one implementation, device and dtype, and classifying it.
+"""Calling an implementation and classifying what it did: the one place that does both.
 
-Outcomes: pass, fail (the rule was broken), error (the plugin raised),
-unsupported (a feature the case needs is not declared), deviation (a declared,
-known difference from the spec, observed).
+``attempt`` calls a plugin on problems (prepare, run, synchronize, fetch) and turns a
+missing feature or an ``Unsupported`` into "unsupported", an exception into "error" and a
+result of the wrong kind into "fail". ``judge`` compares a result with the oracle under the
+agreement rule and the plugin's declared deviation policies.
+
+Outcomes: pass, fail (the rule or a declared policy was broken), error (the plugin raised),
+unsupported (a feature the case needs is not declared, or the plugin refused the problem),
+deviation (a declared policy, observed and checked), flaky (repeated runs disagreed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.cases import Case
-from suite.plugin import Implementation, Result
+from suite.plugin import Implementation, Result, Unsupported, call
 from suite.problem import Problem
+
+FAILED = ("fail", "error", "flaky")
 
 
 @dataclasses.dataclass
@@ -32,12 +39,20 @@ class Outcome:
     comparisons: List[Comparison] = dataclasses.field(default_factory=list)
     reason: Optional[str] = None
     test_id: Optional[str] = None
+    # Behaviours with declarable deviations this case's problems exhibit, and the declared
+    # policies the result needed (the rest were stale here: the spec's answer came out).
+    behaviours: List[str] = dataclasses.field(default_factory=list)
+    policies_used: List[str] = dataclasses.field(default_factory=list)
 
     def worst(self) -> Optional[Comparison]:
         """The comparison closest to (or furthest past) its bound."""
         def used(c: Comparison) -> float:
             return np.inf if not np.isfinite(c.err) else c.err / c.bound
         return max(self.comparisons, key=used, default=None)
+
+    def classify(self, outcome: str, reason: Optional[str]) -> Outcome:
+        self.outcome, self.reason = outcome, reason
+        return self
 
     def record(self) -> dict:
         w = self.worst()
@@ -48,6 +63,7 @@ class Outcome:
             "err": _num(w.err) if w else None, "err_naive": _num(w.err_naive) if w else None,
             "bound": _num(w.bound) if w else None, "ratio": _num(w.ratio) if w else None,
             "k": w.k if w else None, "atol": w.atol if w else None, "reason": self.reason,
+            "behaviours": list(self.behaviours), "policies_used": list(self.policies_used),
         }
 
 
@@ -62,14 +78,6 @@ def missing_features(impl: Implementation, p: Problem, extra: frozenset = frozen
     return sorted((p.features() | extra) - frozenset(getattr(impl, "features", ())))
 
 
-def call(impl: Implementation, p: Problem, device: str, dtype: str,
-         need_weights: bool = False) -> Result:
-    state = impl.prepare(p, device, dtype, need_weights=need_weights)
-    handle = impl.run(state)
-    impl.synchronize(state)
-    return impl.fetch(state, handle)
-
-
 def error_text(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
@@ -77,53 +85,141 @@ def error_text(exc: BaseException) -> str:
            f"{where}"
 
 
-def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
-    """Run ``case`` on ``impl`` and classify the result."""
-    out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
-    return run_problem(impl, out, case.problem(), case.behaviour)
+def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:
+    """Why a plugin's result is not a usable Result for problem ``p`` (None when it is)."""
+    if not isinstance(res, Result):
+        return f"fetch returned {type(res).__name__}, expected suite.plugin.Result"
+    try:
+        out = np.asarray(res.output, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        return f"output is not a numeric array ({type(res.output).__name__}: {exc})"
+    if out.shape != (p.B, p.L, p.E):
+        return f"output shape: expected (B, L, E) = {(p.B, p.L, p.E)}, got {out.shape}"
+    if grad and not res.grads:
+        return "declares 'grad' but returned no gradients"
+    return None
 
 
-def run_problem(impl: Implementation, out: Outcome, p: Problem,
-                behaviour: Optional[str] = None) -> Outcome:
-    """Run problem ``p`` on ``impl``, compare with the oracle and fill in ``out``."""
-    device, dtype = out.device, out.dtype
-    missing = missing_features(impl, p)
+def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtype: str, *,
+            need_weights: bool = False, grad: bool = False, extra: frozenset = frozenset()
+            ) -> Tuple[Optional[List[Result]], Optional[Tuple[str, str]]]:
+    """Call ``impl`` on each problem: (results, None), or (None, (outcome, reason)) when it
+    cannot be judged (unsupported, error, or a result of the wrong kind: fail)."""
+    needs = extra | ({"grad"} if grad else set())
+    missing = sorted(set().union(*(missing_features(impl, p, frozenset(needs)) for p in problems)))
     if missing:
-        out.outcome, out.reason = "unsupported", f"needs {', '.join(missing)}"
-        return out
-    with_weights = "weights" in getattr(impl, "features", ())
-    try:
-        res = call(impl, p, device, dtype, need_weights=with_weights)
-    except Exception as exc:  # a plugin that raises is reported, the run goes on
-        out.outcome, out.reason = "error", error_text(exc)
-        return out
-    ref_out, ref_w = oracle.oracle(p)
-    naive_out, naive_w = oracle.naive(p, dtype)
-    try:
-        out.comparisons.append(compare("output", res.output, ref_out, naive_out, dtype))
-        if with_weights and res.attn_weights is not None:
-            out.comparisons.append(compare("weights", res.attn_weights, ref_w, naive_w, dtype))
-        elif with_weights:
-            raise AssertionError("declares 'weights' but returned none")
-    except AssertionError as exc:  # wrong shapes
-        out.outcome, out.reason = "fail", str(exc)
-        return out
-    failed = [c for c in out.comparisons if not c.passed]
-    deviation = getattr(impl, "deviations", {}).get(behaviour) if behaviour else None
-    if failed and deviation:
-        out.outcome = "deviation"
-        out.reason = f"declared {behaviour}: {deviation}; {failed[0].describe()}"
-    elif failed:
-        out.outcome = "fail"
-        out.reason = "; ".join(c.describe() for c in failed) + _where(failed[0], res, ref_out)
-    elif deviation:
-        out.reason = f"declared {behaviour} deviation not observed in this case"
+        return None, ("unsupported", f"needs {', '.join(missing)}")
+    results = []
+    for p in problems:
+        try:
+            res = call(impl, p, device, dtype, need_weights=need_weights, grad=grad)
+        except Unsupported as exc:  # the plugin cannot express this problem: its own words
+            return None, ("unsupported", str(exc) or type(exc).__name__)
+        except Exception as exc:  # a plugin that raises is reported, the run goes on
+            return None, ("error", error_text(exc))
+        wrong = _result_problem(res, p, grad)
+        if wrong:
+            return None, ("fail", wrong)
+        results.append(res)
+    return results, None
+
+
+def behaviours(p: Problem) -> List[str]:
+    """The behaviours with declarable deviations that problem ``p`` exhibits."""
+    out = []
+    if not p.mask.is_empty() and not p.mask.dense_allowed(p.B, p.H, p.L, p.S).any(-1).all():
+        out.append("fully_masked_rows")
+    if np.isnan(p.key).any() or np.isnan(p.value).any():
+        out.append("nan_padding")
     return out
 
 
-def _where(c: Comparison, res: Result, ref: np.ndarray) -> str:
+def _nan_readers(p: Problem) -> np.ndarray:
+    """(B, 1, 1): batch items whose rows read a NaN key or value (the mask hides it)."""
+    return (np.isnan(p.key).any(axis=(1, 2)) | np.isnan(p.value).any(axis=(1, 2)))[:, None, None]
+
+
+def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
+                 fully_masked: str = "zero", nan_confined: bool = False) -> List[Comparison]:
+    """Output (and weights) against the oracle; ``fully_masked`` and ``nan_confined`` apply
+    declared policies to the reference instead of the spec."""
+    ref_out, ref_w = oracle.oracle(p, fully_masked)
+    naive = oracle.baselines(p, dtype, fully_masked)
+    readers = _nan_readers(p) if nan_confined else None
+    comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
+                     may_be_nan=readers)]
+    if with_weights:
+        if res.attn_weights is None:
+            raise AssertionError("declares 'weights' but returned none")
+        comps.append(compare("weights", res.attn_weights, ref_w, [n[1] for n in naive], dtype,
+                             may_be_nan=None if readers is None else readers[..., None]))
+    return comps
+
+
+def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcome:
+    """Classify result ``res`` of problem ``p``: the spec first, then any declared policy."""
+    dtype = out.dtype
+    with_weights = "weights" in getattr(impl, "features", ())
+    out.behaviours = sorted(set(out.behaviours) | set(behaviours(p)))
+    try:
+        out.comparisons = _comparisons(p, res, dtype, with_weights)
+    except AssertionError as exc:  # wrong shapes, missing weights
+        return out.classify("fail", str(exc))
+    failed = [c for c in out.comparisons if not c.passed]
+    if not failed:
+        return out.classify("pass", out.reason)
+    declared: Dict[str, object] = {b: impl.deviations[b] for b in behaviours(p)
+                                   if b in getattr(impl, "deviations", {})}
+    spec = "; ".join(c.describe() for c in failed) + _where(failed[0], res, p)
+    if not declared:
+        return out.classify("fail", spec)
+    fm = declared["fully_masked_rows"].policy if "fully_masked_rows" in declared else "zero"
+    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared)
+    said = "; ".join(d.describe(b) for b, d in declared.items())
+    broken = [c for c in policy if not c.passed]
+    if broken:
+        return out.classify("fail", f"{spec}; nor does it follow the declared policy "
+                                    f"({said}): {'; '.join(c.describe() for c in broken)}")
+    out.comparisons = policy
+    out.policies_used = sorted(set(out.policies_used) | set(declared))
+    return out.classify("deviation", f"declared {said}; checked: the affected rows follow it "
+                                     f"and every other row passes (spec: {failed[0].describe()})")
+
+
+def run_problem(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
+    """Run problem ``p`` on ``impl``, compare with the oracle and fill in ``out``."""
+    with_weights = "weights" in getattr(impl, "features", ())
+    results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
+    if refused:
+        return out.classify(*refused)
+    return judge(impl, out, p, results[0])
+
+
+def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
+    """Run ``case`` on ``impl`` and classify the result."""
+    out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
+    return run_problem(impl, out, case.problem())
+
+
+def merge_repeats(runs: Sequence[Outcome]) -> Outcome:
+    """One outcome for repeated runs of a case: theirs when all agree, else ``flaky`` with each."""
+    first = runs[0]
+    kinds = [o.outcome for o in runs]
+    if len(set(kinds)) == 1:
+        return first
+    worst = next((o for o in runs if o.outcome in FAILED), first)
+    merged = dataclasses.replace(worst, outcome="flaky")
+    listed = "; ".join(f"run {i + 1}: {o.outcome}" + (f" ({o.reason})" if o.reason and
+                                                       o.outcome != "pass" else "")
+                       for i, o in enumerate(runs))
+    merged.reason = f"outcome changed between {len(runs)} runs: {listed}"
+    return merged
+
+
+def _where(c: Comparison, res: Result, p: Problem) -> str:
     if c.what != "output":
         return ""
+    ref = oracle.oracle(p)[0]
     got = np.asarray(res.output, dtype=np.float64)
     if got.shape != ref.shape:
         return ""

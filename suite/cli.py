@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -68,13 +69,15 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
            "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
     if progress:
         out.append("--progress")
-    for flag in ("impl", "plugin", "device", "dtype"):
+    for flag in ("impl", "plugin", "device", "dtype", "known_failures"):
         for value in getattr(args, flag, None) or []:
-            out += [f"--{flag}", value]
+            out += [f"--{flag.replace('_', '-')}", value]
     if getattr(args, "k", None):
         out += ["-k", args.k]
     if json_path:
         out += ["--conformance-json", json_path]
+    if (getattr(args, "repeat", None) or 1) > 1:
+        out += ["--repeat", str(args.repeat)]
     if getattr(args, "hypothesis_examples", None):
         out += ["--hypothesis-examples", str(args.hypothesis_examples)]
     return out + list(getattr(args, "pytest_args", None) or [])
@@ -87,6 +90,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     code = int(pytest.main(conformance_args(args, args.json)))
     # pytest: 0 all passed, 1 some failed, 5 nothing collected; the rest are usage errors.
     return code
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """Write a standalone reproducer of one conformance case (suite.repro)."""
+    from suite import repro
+
+    try:
+        parts = repro.parse(args.case_id)
+        reg = _registry(argparse.Namespace(plugin=args.plugin, impl=[parts["impl"]]))
+        entry = reg.entries[parts["impl"]]
+        if not entry.available:
+            raise CLIError(f"{entry.name} is unavailable here: {entry.error}")
+        out = Path(args.out or Path("repro") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.case_id))
+        script, inputs = repro.write(entry.impl, args.case_id, out)
+    except repro.ReproError as exc:
+        raise CLIError(str(exc)) from None
+    print(f"reproducer: {script}  (inputs: {inputs})\nrun it: python {script}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -146,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, metavar="PATH", help="write results JSON to PATH")
     p.add_argument("--hypothesis-examples", type=int, default=None, metavar="N",
                    help="examples per property-based case (default: the CI bound)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each case N times on fresh instances (recompiling); a case whose "
+                        "outcome changes is reported as flaky (default 1)")
+    p.add_argument("--known-failures", action="append", default=[], metavar="FILE",
+                   help="more known-failure lists: a test id glob, '#', the reason, one a line")
     _add_run_options(p)
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
     p.set_defaults(func=cmd_check)
@@ -161,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="build the HTML report from results files")
     report_cli.add_arguments(p)
     p.set_defaults(func=report_cli.run)
+
+    p = sub.add_parser("repro", help="write a standalone reproducer of one conformance case")
+    p.add_argument("case_id", metavar="CASE_ID",
+                   help="IMPL-DEVICE-DTYPE-FAMILY/CASE, as in a test id "
+                        "(e.g. torch.flex-cpu-float32-shapes/no_projection_bias)")
+    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
+                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for repro.py and inputs.npz (default repro/<case id>)")
+    p.set_defaults(func=cmd_repro)
 
     p = sub.add_parser("run", help="the main job: conformance + sweep + HTML report")
     _add_selection(p)

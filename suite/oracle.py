@@ -1,81 +1,179 @@
-"""The float64 oracle: the spec of MHA written as plainly as NumPy allows.
+"""The float64 oracle, and the same-dtype baselines (naive_t) of the agreement rule.
 
-Also the "naive_t" baseline of the agreement rule: the same plain algorithm with
-every intermediate rounded to a lower precision dtype t (float32, float16,
-bfloat16), accumulating matmuls in float32 as hardware does.
+One forward pass, ``forward(p, ar)``, written once over an ``Arithmetic``:
+
+- ``EXACT``: float64 end to end, the oracle (the spec of MHA as plainly as NumPy allows);
+- ``Arithmetic(t, order)``: the plain algorithm computed in dtype t the way hardware does.
+  float32 runs end to end in float32 (float32 matmuls, exp and sums); float16 and bfloat16
+  accumulate in float32 and round each operation's result to t. ``order`` is the reduction
+  order of every matmul and sum: ``"blas"`` (this machine's BLAS and NumPy's pairwise sums)
+  or ``"sequential"`` (one term after another, the textbook loop, the same on every CPU).
+
+The agreement rule takes the larger error of the two orders (``baselines``): an
+implementation is held to what its dtype allows in any plain summation order, so a verdict
+does not hinge on which CPU, BLAS or thread count ran it (DESIGN.md, agreement rule).
+
+Letters: B batch, L query length, S key length, H query heads, K kv heads, D head width,
+E model width.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from suite.problem import Problem
+
+ORDERS = ("blas", "sequential")
+# What a query row with no key to attend gives (the spec is "zero"); the other policies are
+# the behaviours a plugin may declare (suite.plugin.FULLY_MASKED_POLICIES).
+FULLY_MASKED = ("zero", "nan", "mean_values", "unmasked")
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round float64 values to dtype's precision (returned as float64)."""
     if dtype == "float64":
         return np.asarray(x, dtype=np.float64)
-    if dtype in ("float32", "float16"):
-        return np.asarray(x).astype(dtype).astype(np.float64)
+    return _round32(np.asarray(x, dtype=np.float32), dtype).astype(np.float64)
+
+
+def _round32(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to dtype's precision, kept as float32."""
+    if dtype == "float32":
+        return x
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
     if dtype == "bfloat16":
         # bfloat16 = the top 16 bits of float32, rounded to nearest even.
-        f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+        f = np.ascontiguousarray(x)
         bits = f.view(np.uint32).astype(np.uint64)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        out = bits.astype(np.uint32).view(np.float32).astype(np.float64)
-        return np.where(np.isfinite(f), out, f.astype(np.float64))
+        out = bits.astype(np.uint32).view(np.float32)
+        return np.where(np.isfinite(f), out, f)
     raise ValueError(f"dtype: expected one of float64, float32, float16, bfloat16, got {dtype!r}")
 
 
-def attention(p: Problem, rnd: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-              ) -> Tuple[np.ndarray, np.ndarray]:
-    """Return (output (B, L, E), attention weights (B, H, L, S)) in float64.
+class Arithmetic:
+    """The operations of the forward and backward passes in one dtype and reduction order."""
 
-    ``rnd`` rounds every intermediate (identity for the oracle).
+    def __init__(self, dtype: str = "float64", order: str = "blas") -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+        round_to(np.zeros(1), dtype)  # an unknown dtype fails here, naming itself
+        self.dtype, self.order = dtype, order
+        # Storage and accumulation type: float64 for the oracle, float32 below it.
+        self.acc = np.float64 if dtype == "float64" else np.float32
+
+    def r(self, x) -> np.ndarray:
+        """An operation's result (or an input), rounded to the dtype."""
+        x = np.asarray(x, dtype=self.acc)
+        return x if self.acc is np.float64 else _round32(x, self.dtype)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a (..., M, N) @ b (..., N, P), accumulated in acc, rounded once at the end."""
+        a, b = np.asarray(a, self.acc), np.asarray(b, self.acc)
+        if self.order == "blas":
+            return self.r(np.matmul(a, b))
+        n = a.shape[-1]
+        shape = np.broadcast_shapes(a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1]))
+        acc = np.zeros(shape, dtype=self.acc)
+        for i in range(n):  # term after term: a product rounded, then a sum rounded
+            acc = acc + a[..., :, i:i + 1] * b[..., i:i + 1, :]
+        return self.r(acc)
+
+    def sum(self, x: np.ndarray, axis: int) -> np.ndarray:
+        """Sum over ``axis`` (kept as a length-1 axis), accumulated in acc."""
+        x = np.asarray(x, self.acc)
+        if self.order == "blas":
+            return self.r(x.sum(axis=axis, keepdims=True, dtype=self.acc))
+        moved = np.moveaxis(x, axis, 0)
+        acc = np.zeros(moved.shape[1:], dtype=self.acc)
+        for term in moved:
+            acc = acc + term
+        return self.r(np.expand_dims(acc, axis))
+
+    def exp(self, x: np.ndarray) -> np.ndarray:
+        # exp rounded once to the dtype (float32 exp implementations differ by CPU in the
+        # last ulp; a correctly rounded one keeps the baseline the same everywhere).
+        return self.r(np.exp(np.asarray(x, np.float64)))
+
+
+EXACT = Arithmetic("float64")
+
+
+def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
+            ) -> Dict[str, np.ndarray]:
+    """The forward pass in arithmetic ``ar``; returns every intermediate the backward needs.
+
+    ``fully_masked`` is what a query row with no key to attend gives: the spec's zero head
+    output, NaN, the mean of the values (uniform weights) or attention as if unmasked.
     """
-    r = rnd or (lambda a: a)
+    if fully_masked not in FULLY_MASKED:
+        raise ValueError(f"fully_masked: expected one of {FULLY_MASKED}, got {fully_masked!r}")
+    r = ar.r
     B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
-    w = {k: (None if v is None else r(v)) for k, v in p.weights.as_dict().items()}
-    query, key, value = r(p.query), r(p.key), r(p.value)
+    w = {n: (None if a is None else r(a)) for n, a in p.weights.as_dict().items()}
+    x = {"query": r(p.query), "key": r(p.key), "value": r(p.value)}
 
-    def project(x: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
-        y = r(x @ wm)
+    def project(inp: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
+        y = ar.matmul(inp, wm)
         return y if b is None else r(y + b)
 
-    q = project(query, w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
-    k = project(key, w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-    v = project(value, w["w_v"], w["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+    q = project(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
+    k = project(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+    v = project(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
     # GQA: query head h reads kv head h // (H // K).
     k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
     v = np.repeat(v, H // K, axis=1)  # (B, H, S, D)
     allowed = p.mask.dense_allowed(B, H, L, S)  # (B, H, L, S)
-    logits = r(r(q @ k.transpose(0, 1, 3, 2)) * p.effective_scale)  # (B, H, L, S)
+    scores = ar.matmul(q, k.transpose(0, 1, 3, 2))  # (B, H, L, S)
+    logits = r(scores * ar.acc(p.effective_scale))  # (B, H, L, S)
     if p.mask.bias is not None:
-        logits = r(logits + p.mask.bias)
+        logits = r(logits + r(p.mask.bias))
+    dead_row = ~allowed.any(axis=-1, keepdims=True)  # (B, H, L, 1): no key to attend
+    if fully_masked == "unmasked":
+        sees = allowed | dead_row  # a row with no key attends to every key
+        logits = np.where(dead_row, r(scores * ar.acc(p.effective_scale)), logits)  # no mask
+    elif fully_masked == "mean_values":
+        sees = allowed | dead_row
+        logits = np.where(dead_row, 0.0, logits).astype(ar.acc)  # equal logits: uniform weights
+    else:
+        sees = allowed
     # Masked logits are dropped (not merely -inf), so NaN in padded keys cannot leak.
-    logits = np.where(allowed, logits, -np.inf)
+    logits = np.where(sees, logits, -np.inf)
     row_max = logits.max(axis=-1, keepdims=True)  # (B, H, L, 1)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)  # fully masked row: no max
-    e = r(np.exp(logits - row_max))  # masked entries: exp(-inf) = 0
-    total = r(e.sum(axis=-1, keepdims=True))
+    e = ar.exp(r(logits - row_max))  # masked entries: exp(-inf) = 0
+    total = ar.sum(e, axis=-1)  # (B, H, L, 1)
     # A fully masked query row has no key to attend: its weights and head output are 0.
-    weights = np.where(total > 0, r(e / np.where(total > 0, total, 1.0)), 0.0)  # (B, H, L, S)
+    weights = np.where(total > 0, r(e / np.where(total > 0, total, 1)), 0.0).astype(ar.acc)
+    if fully_masked == "nan":
+        weights = np.where(dead_row, np.nan, weights).astype(ar.acc)
     # Keys no query may attend (padding) must not poison the sum: 0 * NaN is NaN.
-    v = np.where(allowed.any(axis=2)[..., None], v, 0.0)  # (B, H, S, D)
-    heads = r(np.einsum("bhls,bhsd->bhld", weights, v))  # (B, H, L, D)
+    used = sees.any(axis=2)[..., None]  # (B, H, S, 1)
+    v_used = np.where(used, v, 0.0).astype(ar.acc)  # (B, H, S, D)
+    heads = ar.matmul(weights, v_used)  # (B, H, L, D)
     concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
     out = project(concat, w["w_o"], w["b_o"])  # (B, L, E)
-    return out, weights
+    return {"x": x, "w": w, "q": q, "k": k, "v": v_used, "used": used, "weights": weights,
+            "heads": heads, "concat": concat, "out": out, "allowed": allowed}
 
 
-def oracle(p: Problem) -> Tuple[np.ndarray, np.ndarray]:
-    """Float64 output and attention weights of problem ``p``."""
-    return attention(p)
+def oracle(p: Problem, fully_masked: str = "zero") -> Tuple[np.ndarray, np.ndarray]:
+    """Float64 output (B, L, E) and attention weights (B, H, L, S) of problem ``p``."""
+    f = forward(p, EXACT, fully_masked)
+    return f["out"], f["weights"]
 
 
-def naive(p: Problem, dtype: str) -> Tuple[np.ndarray, np.ndarray]:
-    """The plain algorithm in ``dtype``: every intermediate rounded to it."""
-    return attention(p, None if dtype == "float64" else (lambda a: round_to(a, dtype)))
+def naive(p: Problem, dtype: str, order: str = "blas", fully_masked: str = "zero"
+          ) -> Tuple[np.ndarray, np.ndarray]:
+    """The plain algorithm in ``dtype`` with reduction ``order`` (output, weights), as float64."""
+    f = forward(p, Arithmetic(dtype, order), fully_masked)
+    return f["out"].astype(np.float64), f["weights"].astype(np.float64)
+
+
+def baselines(p: Problem, dtype: str, fully_masked: str = "zero"
+              ) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """naive_t in every reduction order; the rule takes the largest error among them."""
+    return [naive(p, dtype, order, fully_masked) for order in ORDERS]

@@ -18,7 +18,14 @@ the state, so an asynchronous plugin keeps its last output in the state.
 
 Feature names (``features``): valid_lens, causal, causal_bottom_right, bool_mask,
 bias, cross (Lq != Lk), gqa (H_kv < H), scale (explicit scale), weights
-(returns attention weights), grad (gradients).
+(returns attention weights), grad (gradients). A problem the plugin cannot express
+although it declares the features (say, a head width its kernel lacks) is refused by
+raising ``Unsupported("why")`` in ``prepare``: the case is reported unsupported.
+
+Deviations are checked policies, not excuses: ``deviations = {"fully_masked_rows":
+Deviation("nan", "measured reason")}`` says what the plugin does where it differs from the
+spec, and the conformance run checks that the affected rows do exactly that and that
+every other row passes the agreement rule (``POLICIES`` lists the behaviours and policies).
 """
 
 from __future__ import annotations
@@ -35,12 +42,41 @@ FEATURES = frozenset({
     "scale", "weights", "grad",
 })
 
-# Behaviours a plugin may declare it knowingly differs on (key of ``deviations``).
-DEVIATIONS = frozenset({"fully_masked_rows", "nan_padding"})
+# Behaviours a plugin may declare it differs on (keys of ``deviations``), and the policies
+# the suite can check for each: what the affected rows give instead of the spec's answer.
+POLICIES: Dict[str, Dict[str, str]] = {
+    "fully_masked_rows": {  # a query row with no key to attend (the spec: zero head output)
+        "nan": "the row's output is NaN",
+        "mean_values": "the row attends every key equally: its head output is the mean of "
+                       "the values",
+        "unmasked": "the row attends as if nothing were masked",
+    },
+    "nan_padding": {  # NaN in key or value positions the mask hides (the spec: no effect)
+        "confined": "NaN reaches the output only in rows that read a NaN key or value; "
+                    "every other row is right",
+    },
+}
+DEVIATIONS = frozenset(POLICIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deviation:
+    """A declared behaviour: ``policy`` (one of ``POLICIES[behaviour]``) and the measured reason."""
+
+    policy: str
+    reason: str
+
+    def describe(self, behaviour: str) -> str:
+        return f"{behaviour}={self.policy} ({POLICIES[behaviour][self.policy]}): {self.reason}"
 
 
 class Unavailable(RuntimeError):
     """Raised by a plugin's constructor when it cannot run here (the message says why)."""
+
+
+class Unsupported(Exception):
+    """Raised by ``prepare`` for a problem the plugin cannot express (the message says why):
+    the case is reported as unsupported, not as an error."""
 
 
 @dataclasses.dataclass
@@ -58,8 +94,11 @@ class Implementation:
     name: ClassVar[str] = ""
     framework: ClassVar[str] = ""
     features: ClassVar[FrozenSet[str]] = frozenset()
-    # behaviour -> reason, for behaviours the library knowingly differs on from the spec.
-    deviations: ClassVar[Dict[str, str]] = {}
+    # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES).
+    deviations: ClassVar[Dict[str, Deviation]] = {}
+    # Source of ``attend(q, k, v, allowed, bias, scale)`` over NumPy arrays calling the library
+    # as this plugin does, for ``mha-suite repro`` (None: no standalone reproducer).
+    repro_code: ClassVar[Optional[str]] = None
 
     def framework_version(self) -> str:
         return "unknown"
@@ -88,10 +127,21 @@ class Implementation:
     def __call__(self, problem: Problem, device: str = "cpu", dtype: str = "float32", *,
                  need_weights: bool = False, grad: bool = False) -> Result:
         problem.validate()  # bad input gets the suite's clear error, not a kernel's
-        state = self.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
-        handle = self.run(state)
-        self.synchronize(state)
-        return self.fetch(state, handle)
+        return call(self, problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def fresh(self) -> Implementation:
+        """A new instance with nothing cached, for repeated runs (``--repeat``); plugins that
+        compile also drop the process-wide compiled code here, so the repeat recompiles."""
+        return type(self)()
+
+
+def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
+         need_weights: bool = False, grad: bool = False) -> Result:
+    """One untimed call: prepare, run, synchronize, fetch."""
+    state = impl.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+    handle = impl.run(state)
+    impl.synchronize(state)
+    return impl.fetch(state, handle)
 
 
 REQUIRED = ("prepare", "run", "fetch")
@@ -109,7 +159,11 @@ def check_interface(cls: type) -> None:
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
-    unknown = set(getattr(cls, "deviations", {})) - DEVIATIONS
-    if unknown:
-        raise TypeError(f"{cls.__name__} declares unknown deviations {sorted(unknown)}; "
-                        f"known: {sorted(DEVIATIONS)}")
+    for behaviour, dev in dict(getattr(cls, "deviations", {})).items():
+        if behaviour not in POLICIES:
+            raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "
+                            f"{behaviour!r}; known: {sorted(POLICIES)}")
+        known = sorted(POLICIES[behaviour])
+        if not isinstance(dev, Deviation) or dev.policy not in POLICIES[behaviour]:
+            raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]: expected "
+                            f"Deviation(policy, reason) with policy one of {known}, got {dev!r}")

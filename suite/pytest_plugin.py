@@ -25,6 +25,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only on these devices, e.g. cpu, cuda (prefix match; repeatable)")
     group.addoption("--dtype", action="append", default=[], metavar="DTYPE",
                     help="run only these dtypes (repeatable)")
+    group.addoption("--repeat", type=int, default=1, metavar="N",
+                    help="run each conformance case N times, each on a fresh instance "
+                         "(recompiling where the plugin compiles); a case whose outcome "
+                         "changes is reported as flaky, with each outcome (default 1)")
     group.addoption("--hypothesis-examples", type=int, default=25, metavar="N",
                     help="examples per implementation for the property-based shapes family "
                          "(default 25, derandomised; raise for longer searches)")

@@ -83,6 +83,6 @@ def test_causality_through_gradients():
 def test_naive_grads_are_rounded():
     p = PROBLEMS["plain"]
     ref = grads(p)
-    err16 = max(np.abs(naive_grads(p, "float16")[n] - ref[n]).max() for n in ref)
-    err32 = max(np.abs(naive_grads(p, "float32")[n] - ref[n]).max() for n in ref)
+    err16 = max(np.abs(naive_grads(p, "float16")[0][n] - ref[n]).max() for n in ref)
+    err32 = max(np.abs(naive_grads(p, "float32")[0][n] - ref[n]).max() for n in ref)
     assert 0 < err32 < err16

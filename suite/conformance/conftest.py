@@ -11,12 +11,13 @@ import fnmatch
 import os
 import time
 import warnings
-from typing import List
+from typing import Callable, List
 
 import pytest
 
 from suite import pytest_plugin
-from suite.check import Outcome
+from suite.check import FAILED, Outcome, error_text, merge_repeats
+from suite.plugin import Implementation
 from suite.registry import PluginError, UnknownImplementation
 
 RECORDS = pytest.StashKey[List[dict]]()
@@ -146,30 +147,61 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def record(request: pytest.FixtureRequest):
-    """Call with an Outcome: stores it for the JSON/matrix and turns it into pass/fail/skip."""
-    def _record(outcome: Outcome) -> None:
+def conform(request: pytest.FixtureRequest, target):
+    """Call with (family, name, seed, judge): ``judge(impl, outcome)`` runs the case on an
+    implementation and classifies ``outcome``. With ``--repeat N`` the case runs N times,
+    each on a fresh instance (recompiling where the plugin compiles), and an outcome that
+    changes is reported as flaky, with each run's outcome."""
+    entry, device, dtype = target
+
+    def _conform(family: str, name: str, seed: int,
+                 judge: Callable[[Implementation, Outcome], Outcome]) -> None:
         __tracebackhide__ = True
-        outcome.test_id = request.node.nodeid
-        request.node.stash[RECORDED] = True
-        known = known_failure(request.config, request.node.name)
-        if known and outcome.outcome in ("fail", "error"):
-            outcome.outcome, outcome.reason = "deviation", f"known failure: {known}; {outcome.reason}"
-        elif known:
-            warnings.warn(f"{request.node.name} is listed as a known failure but passed",
-                          stacklevel=2)
-        request.config.stash[RECORDS].append(outcome.record())
-        replay = (f"\n  replay: pytest --pyargs suite.conformance -p no:cacheprovider "
-                  f"--impl '{outcome.impl}' -k '{request.node.callspec.id}'")
-        if outcome.outcome == "unsupported":
-            pytest.skip(f"unsupported: {outcome.reason}")
-        if outcome.outcome == "deviation":
-            pytest.xfail(f"known deviation: {outcome.reason}")
-        if outcome.outcome in ("fail", "error"):
-            pytest.fail(f"{outcome.impl} on {outcome.device}/{outcome.dtype}, case "
-                        f"{outcome.family}/{outcome.case} (seed {outcome.seed}): "
-                        f"{outcome.outcome}: {outcome.reason}{replay}", pytrace=False)
-    return _record
+        runs, impl = [], entry.impl
+        for i in range(max(1, request.config.getoption("--repeat"))):
+            out = Outcome(entry.name, device, dtype, family, name, seed, "pass")
+            try:
+                impl = impl.fresh() if i else impl
+            except Exception as exc:  # a plugin that cannot be rebuilt is reported
+                runs.append(out.classify("error", f"fresh instance: {error_text(exc)}"))
+                continue
+            runs.append(judge(impl, out))
+        _record(request, merge_repeats(runs))
+    return _conform
+
+
+def replay_command(config: pytest.Config, impl: str, test_id: str) -> str:
+    """The command that runs one test again, with every --plugin this run used."""
+    plugins = "".join(f" --plugin '{p}'" for p in config.getoption("--plugin") or [])
+    repeat = config.getoption("--repeat")
+    return (f"pytest --pyargs suite.conformance -p no:cacheprovider{plugins} "
+            f"--impl '{impl}' -k '{test_id}'" + (f" --repeat {repeat}" if repeat > 1 else ""))
+
+
+def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
+    """Store an outcome for the JSON/matrix and turn it into pass/fail/skip/xfail."""
+    __tracebackhide__ = True
+    outcome.test_id = request.node.nodeid
+    request.node.stash[RECORDED] = True
+    known = known_failure(request.config, request.node.name)
+    if known and outcome.outcome in FAILED:
+        outcome.outcome, outcome.reason = "known_failure", f"{known}; {outcome.reason}"
+    elif known:
+        warnings.warn(f"{request.node.name} is listed as a known failure but passed",
+                      stacklevel=2)
+    request.config.stash[RECORDS].append(outcome.record())
+    replay = "\n  replay: " + replay_command(request.config, outcome.impl,
+                                              request.node.callspec.id)
+    if outcome.outcome == "unsupported":
+        pytest.skip(f"unsupported: {outcome.reason}")
+    if outcome.outcome == "deviation":
+        pytest.xfail(f"known deviation: {outcome.reason}")
+    if outcome.outcome == "known_failure":
+        pytest.xfail(f"known failure: {outcome.reason}")
+    if outcome.outcome in FAILED:
+        pytest.fail(f"{outcome.impl} on {outcome.device}/{outcome.dtype}, case "
+                    f"{outcome.family}/{outcome.case} (seed {outcome.seed}): "
+                    f"{outcome.outcome}: {outcome.reason}{replay}", pytrace=False)
 
 
 def _save(config: pytest.Config) -> None:

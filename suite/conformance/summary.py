@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -12,9 +13,9 @@ from typing import Dict, Iterable, List
 
 from suite import pytest_plugin
 
-ORDER = ("fail", "error", "deviation", "unsupported", "pass")
-SHORT = {"fail": "fail", "error": "err", "deviation": "dev", "unsupported": "unsup",
-         "pass": "ok"}
+ORDER = ("fail", "error", "flaky", "known_failure", "deviation", "unsupported", "pass")
+SHORT = {"fail": "fail", "error": "err", "flaky": "flaky", "known_failure": "known",
+         "deviation": "dev", "unsupported": "unsup", "pass": "ok"}
 
 
 def cell(counts: Counter) -> str:
@@ -75,7 +76,8 @@ def implementations(config) -> List[dict]:
             devices = impl.devices()
             item.update(framework=impl.framework, framework_version=impl.framework_version(),
                         devices=devices, dtypes={d: list(impl.dtypes(d)) for d in devices},
-                        features=sorted(impl.features), deviations=dict(impl.deviations))
+                        features=sorted(impl.features), deviations={b: dataclasses.asdict(d)
+                                    for b, d in impl.deviations.items()})
         out.append(item)
     return out
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from suite.cases import CASES
-from suite.check import run_case
+from suite.check import run_problem
 
 AGREEMENT = [c for c in CASES if c.family in ("masking", "shapes", "numerics")]
 
 
 @pytest.mark.parametrize("case", AGREEMENT, ids=[f"{c.family}/{c.name}" for c in AGREEMENT])
-def test_case(target, case, record):
-    entry, device, dtype = target
-    record(run_case(entry.impl, entry.name, device, dtype, case))
+def test_case(case, conform):
+    conform(case.family, case.name, case.seed,
+            lambda impl, out: run_problem(impl, out, case.problem()))

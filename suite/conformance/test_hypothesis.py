@@ -14,7 +14,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from suite.check import Outcome, run_problem  # noqa: E402
+from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
 
 
@@ -50,32 +50,31 @@ def problems(draw, features: frozenset):
     return make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw))
 
 
-def test_random_shapes(target, record, request):
-    entry, device, dtype = target
+def test_random_shapes(target, conform, request):
     n = request.config.getoption("--hypothesis-examples")
-    out = Outcome(entry.name, device, dtype, "hypothesis", "random_shapes", 0, "pass")
-    worst = []
 
-    @settings(max_examples=n, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), print_blob=True)
-    @given(problems(frozenset(entry.impl.features)))
-    def check(p):
-        o = run_problem(entry.impl, Outcome(entry.name, device, dtype, "hypothesis",
-                                            "random_shapes", 0, "pass"), p.validate())
-        worst.append(o)
-        if o.outcome in ("fail", "error"):
-            raise AssertionError(
-                f"B={p.B} Lq={p.L} Lk={p.S} E={p.E} H={p.H} H_kv={p.K} "
-                f"mask={sorted(p.mask.kinds)}: {o.reason}")
+    def judge(impl, out):
+        tried = []
 
-    try:
-        check()
-    except AssertionError as exc:
-        last = worst[-1]
-        out.outcome, out.comparisons = last.outcome, last.comparisons
-        out.reason = str(exc).splitlines()[0]
-    else:
-        comparisons = [c for o in worst for c in o.comparisons]
+        @settings(max_examples=n, derandomize=True, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck), print_blob=True)
+        @given(problems(frozenset(impl.features)))
+        def check(p):
+            o = run_problem(impl, Outcome(out.impl, out.device, out.dtype, "hypothesis",
+                                          "random_shapes", 0, "pass"), p.validate())
+            tried.append(o)
+            if o.outcome in FAILED:
+                raise AssertionError(
+                    f"B={p.B} Lq={p.L} Lk={p.S} E={p.E} H={p.H} H_kv={p.K} "
+                    f"mask={sorted(p.mask.kinds)}: {o.reason}")
+
+        try:
+            check()
+        except AssertionError as exc:
+            out.comparisons = tried[-1].comparisons
+            return out.classify(tried[-1].outcome, str(exc).splitlines()[0])
+        comparisons = [c for o in tried for c in o.comparisons]
         out.comparisons = [max(comparisons, key=lambda c: c.err / c.bound)] if comparisons else []
-        out.reason = f"{len(worst)} examples"
-    record(out)
+        return out.classify("pass", f"{len(tried)} examples")
+
+    conform("hypothesis", "random_shapes", 0, judge)
