@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from suite.results import (
+from reports.frames import (
     CONFORMANCE_COLUMNS,
     SWEEP_COLUMNS,
     fit_exponent,
