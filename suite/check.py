@@ -16,6 +16,7 @@ import numpy as np
 from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.cases import Case
+from suite.outputs import check_output
 from suite.plugin import Implementation, Result
 from suite.problem import Problem
 
@@ -96,6 +97,10 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem,
         res = call(impl, p, device, dtype, need_weights=with_weights)
     except Exception as exc:  # a plugin that raises is reported, the run goes on
         out.outcome, out.reason = "error", error_text(exc)
+        return out
+    invalid = check_output(res, (p.B, p.L, p.E), finite=False)  # the oracle judges values
+    if invalid:
+        out.outcome, out.reason = "fail", invalid
         return out
     ref_out, ref_w = oracle.oracle(p)
     naive_out, naive_w = oracle.naive(p, dtype)
