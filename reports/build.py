@@ -9,7 +9,8 @@ from typing import Any, Dict, Iterable, Optional, Union
 import pandas as pd
 
 from reports import figures, tables
-from suite.results import conformance_frame, read, sweeps_frame
+from reports.frames import conformance_frame, sweeps_frame
+from suite.records import read, write_atomic
 
 PathLike = Union[str, Path]
 FORMATS = {"median_s": "{:.4g}", "median_s_base": "{:.4g}", "ratio": "{:.3f}"}
@@ -90,9 +91,4 @@ def build_report(results_paths: Iterable[PathLike], out_path: PathLike,
     """
     html = render(context(list(results_paths), list(baseline_paths or []) or None,
                           baseline_impl))
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)  # a reader never sees half a page
-    return out
+    return write_atomic(out_path, html)  # a reader never sees half a page

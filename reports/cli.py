@@ -30,8 +30,11 @@ def default_out(first: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from suite.records import check_writable
+
     out = Path(args.out) if args.out else default_out(args.results[0])
     try:
+        check_writable(out, "--out")  # before reading and drawing, not after
         path = build_report(args.results, out, args.baseline or None, args.baseline_impl)
     except (FileNotFoundError, ValueError) as exc:
         print(f"mha-suite: error: {exc}", file=sys.stderr)

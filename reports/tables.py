@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import pandas as pd
 
-from suite.results import Document, fit_exponent, machine_ids
+from reports.frames import fit_exponent
+from suite.records import Document, machine_ids, run_facts
 
 OUTCOME_ORDER = ["fail", "error", "flaky", "known_failure", "deviation", "unsupported",
                  "pass"]  # worst first
@@ -24,33 +25,23 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
     ids = machine_ids(docs)
     out = []
     for d in docs:
+        f = run_facts(d)
+        extra = f["extra"]
+        card = {"kind": d.kind, "machine": ids[d.path], "file": d.path.name, "cpu": f["cpu"],
+                "system": f["system"], "python": f["python"], "commit": f["commit"],
+                "dirty": f["dirty"], "when": _when(f["datetime"]),
+                "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores")}
         if d.kind == "sweep":
-            info = d.doc.get("machine_info") or {}
-            extra = info.get("mha_suite") or {}
-            threads = extra.get("threads") or {}
-            out.append({
-                "kind": "sweep", "machine": ids[d.path], "file": d.path.name,
-                "preset": extra.get("preset") or d.doc.get("mha_suite_preset"),
-                "cpu": extra.get("cpu_model") or (info.get("cpu") or {}).get("brand_raw"),
-                "cores": extra.get("cores"), "gpus": extra.get("gpus") or [],
-                "system": " ".join(filter(None, [info.get("system"), info.get("release")])),
-                "python": info.get("python_version"),
-                "threads": _threads(threads), "libraries": _libraries(extra.get("libraries")),
-                "peaks": [(k, v / 1e9) for k, v in sorted(
+            card.update(
+                preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
+                gpus=extra.get("gpus") or [], threads=_threads(extra.get("threads") or {}),
+                peaks=[(k, v / 1e9) for k, v in sorted(
                     (extra.get("matmul_peak_flops") or {}).items())],
-                "commit": (d.doc.get("commit_info") or {}).get("id"),
-                "dirty": (d.doc.get("commit_info") or {}).get("dirty"),
-                "when": _when(d.doc.get("datetime")),
-                "points": len(d.doc.get("benchmarks") or []),
-                "not_measured": len(d.doc.get("mha_suite_not_measured") or [])})
+                points=len(d.doc.get("benchmarks") or []),
+                not_measured=len(d.doc.get("mha_suite_not_measured") or []))
         else:
-            m = d.doc.get("machine") or {}
-            out.append({
-                "kind": "conformance", "machine": ids[d.path], "file": d.path.name,
-                "preset": None, "cores": None, "dirty": None, "cpu": m.get("cpu_model"),
-                "system": m.get("system"), "python": m.get("python"),
-                "libraries": _libraries(m.get("libraries")), "commit": d.doc.get("commit"),
-                "when": _when(d.doc.get("created")), "cases": len(d.doc.get("results") or [])})
+            card.update(preset=None, cases=len(d.doc.get("results") or []))
+        out.append(card)
     return out
 
 

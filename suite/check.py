@@ -21,6 +21,7 @@ import numpy as np
 from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.cases import Case
+from suite.outputs import check_output
 from suite.plugin import Implementation, Result, Unsupported, call
 from suite.problem import Problem
 
@@ -88,13 +89,10 @@ def error_text(exc: BaseException) -> str:
 def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:
     """Why a plugin's result is not a usable Result for problem ``p`` (None when it is)."""
     if not isinstance(res, Result):
-        return f"fetch returned {type(res).__name__}, expected suite.plugin.Result"
-    try:
-        out = np.asarray(res.output, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        return f"output is not a numeric array ({type(res.output).__name__}: {exc})"
-    if out.shape != (p.B, p.L, p.E):
-        return f"output shape: expected (B, L, E) = {(p.B, p.L, p.E)}, got {out.shape}"
+        return f"fetch: expected a suite.plugin.Result, got {type(res).__name__}"
+    invalid = check_output(res, (p.B, p.L, p.E), finite=False)  # the oracle judges values
+    if invalid:
+        return invalid
     if grad and not res.grads:
         return "declares 'grad' but returned no gradients"
     return None

@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence
 
 from suite import registry
 from suite.problem import InputError
+from suite.records import ResultsError
 
 CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
 
@@ -83,10 +84,24 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     return out + list(getattr(args, "pytest_args", None) or [])
 
 
+def preflight_check(args: argparse.Namespace) -> None:
+    """Everything `check` needs, checked before any case runs (one line, exit 2)."""
+    from suite import preflight, records
+
+    entries = preflight.usable_entries(_registry(args), args.impl)
+    preflight.dtypes(args.dtype)
+    preflight.devices(entries, args.device)
+    preflight.targets(entries, args.device, args.dtype)
+    preflight.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
+    preflight.positive(getattr(args, "hypothesis_examples", None), "--hypothesis-examples")
+    if getattr(args, "json", None):
+        records.check_writable(args.json, "--json", kind="conformance")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     import pytest
 
-    _registry(args)  # fail fast, in one line, on a bad --plugin or --impl
+    preflight_check(args)
     code = int(pytest.main(conformance_args(args, args.json)))
     # pytest: 0 all passed, 1 some failed, 5 nothing collected; the rest are usage errors.
     return code
@@ -113,18 +128,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: conformance, the sweep, the report."""
     from reports.cli import build_report
-    from suite import sweep
+    from suite import records, sweep
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _registry(args)
     started = time.monotonic()
     # The conformance matrix covers the dtypes the sweep times (mha-suite check: all).
     dtypes = args.dtype or sweep.preset_dtypes(args.preset)
-    print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
-    check_code = cmd_check(argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
-                                                 "dtype": dtypes, "k": None, "pytest_args": []}))
-    print(f"[2/3] sweep (preset {args.preset}) -> {out}", flush=True)
+    check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
+                                       "dtype": dtypes, "k": None, "pytest_args": []})
     sweep_parser = argparse.ArgumentParser(prog="mha-suite sweep")
     sweep.add_arguments(sweep_parser)
     sweep_args = sweep_parser.parse_args([f"--preset={args.preset}", f"--out={out}",
@@ -132,6 +143,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                               *[f"--impl={i}" for i in args.impl],
                               *[f"--plugin={p}" for p in args.plugin],
                               *[f"--device={d}" for d in args.device]])
+    # All three steps' inputs are checked before the first one starts.
+    preflight_check(check_args)
+    try:
+        sweep.preflight(sweep_args)
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(str(exc)) from None
+    records.check_writable(out / "report.html", "--out")
+    print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
+    check_code = cmd_check(check_args)
+    print(f"[2/3] sweep (preset {args.preset}) -> {out}", flush=True)
     sweep_code = sweep.run(sweep_args)
     print("[3/3] report", flush=True)
     report = build_report([str(out)], out / "report.html")
@@ -217,8 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, InputError, registry.PluginError, registry.UnknownImplementation,
-            FileNotFoundError) as exc:
+    except (CLIError, InputError, ResultsError, registry.PluginError,
+            registry.UnknownImplementation, FileNotFoundError) as exc:
         print(f"mha-suite: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ a ratio outside [0.9, 1.1] means one of the two timers is not measuring the forw
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -61,9 +60,10 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
     path = sweep.results_path(sweep_args)
     if code != 0 or not path.exists():
         raise RuntimeError(f"the fidelity sweep failed (exit {code}); see its output above")
-    doc = json.loads(path.read_text())
-    return {b["extra_info"]["impl"]: {"median_s": b["stats"]["median"], "iqr_s": b["stats"]["iqr"]}
-            for b in doc["benchmarks"]}
+    from suite.records import read_file, sweep_rows
+
+    return {r["impl"]: {"median_s": r["median_s"], "iqr_s": r["iqr_s"]}
+            for r in sweep_rows(read_file(path, "sweep")) if r["status"] == "ok"}
 
 
 def check(args: argparse.Namespace) -> List[Dict[str, Any]]:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence
 
 import numpy as np
 
-from suite.problem import Problem
+from suite.problem import InputError, Problem
 
 FEATURES = frozenset({
     "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
@@ -127,6 +127,13 @@ class Implementation:
     def __call__(self, problem: Problem, device: str = "cpu", dtype: str = "float32", *,
                  need_weights: bool = False, grad: bool = False) -> Result:
         problem.validate()  # bad input gets the suite's clear error, not a kernel's
+        needs = problem.features() | {f for f, on in (("weights", need_weights),
+                                                       ("grad", grad)) if on}
+        missing = sorted(needs - frozenset(self.features))
+        if missing:  # it would ignore them and return wrong numbers
+            raise InputError(f"problem: needs features {', '.join(missing)}, which "
+                             f"{self.name or type(self).__name__} does not declare "
+                             f"(features: {', '.join(sorted(self.features)) or 'none'})")
         return call(self, problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def fresh(self) -> Implementation:

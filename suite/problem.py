@@ -32,6 +32,15 @@ def _expect(cond: bool, argument: str, expected: str, got: object) -> None:
         raise InputError(f"{argument}: expected {expected}, got {got}")
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+        x, (bool, np.bool_))
+
+
 @dataclasses.dataclass(frozen=True)
 class Weights:
     """Projection weights in the right-multiply layout (float64)."""
@@ -183,7 +192,7 @@ def validate(p: Problem) -> None:
             f"Lk={p.key.shape[1]} as in key", f"value {p.value.shape}")
     _expect(L >= 1 and p.key.shape[1] >= 1 and B >= 1, "shapes", "B, Lq, Lk >= 1",
             f"query {p.query.shape}, key {p.key.shape}")
-    _expect(isinstance(p.num_heads, (int, np.integer)) and p.num_heads >= 1, "num_heads",
+    _expect(_is_int(p.num_heads) and p.num_heads >= 1, "num_heads",
             "a positive int", repr(p.num_heads))
     if E % p.num_heads:
         raise InputError(f"num_heads: model width E={E} is not divisible by H={p.num_heads}")
@@ -233,8 +242,12 @@ def validate(p: Problem) -> None:
                 f"mask.{name}", f"a shape broadcastable to (B, H, Lq, Lk)=({B}, {H}, {L}, {S})",
                 f"{arr.shape}")
     if p.scale is not None:
-        _expect(math.isfinite(p.scale) and p.scale != 0, "scale", "a finite non-zero float",
-                repr(p.scale))
+        _expect(_is_real(p.scale) and math.isfinite(p.scale) and p.scale != 0, "scale",
+                "a finite non-zero float", repr(p.scale))
+    for name, arr in w.as_dict().items():
+        if arr is not None:
+            _expect(bool(np.isfinite(arr).all()), f"weights.{name}", "finite values",
+                    "NaN or inf")
     _check_finite(p)
 
 
@@ -275,6 +288,15 @@ def make_problem(seed: int, B: int = 2, L: int = 8, S: Optional[int] = None, E: 
                  mask: Optional[Mask] = None, scale: Optional[float] = None,
                  bias: bool = True, input_scale: float = 1.0) -> Problem:
     """A seeded random problem; the same arguments always give the same arrays."""
+    sizes = {"B": B, "L": L, "E": E, "H": H, **({"S": S} if S is not None else {}),
+             **({"K": K} if K is not None else {})}
+    for name, value in sizes.items():
+        _expect(_is_int(value) and value >= 1, name, "a positive int", repr(value))
+    if scale is not None:
+        _expect(_is_real(scale) and math.isfinite(scale) and scale != 0, "scale",
+                "a finite non-zero float", repr(scale))
+    _expect(_is_real(input_scale) and math.isfinite(input_scale), "input_scale",
+            "a finite float", repr(input_scale))
     rng = np.random.default_rng(seed)
     S = L if S is None else S
     K = H if K is None else K

@@ -7,7 +7,8 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-from typing import List
+import signal
+from typing import List, Optional
 
 import pytest
 
@@ -72,3 +73,56 @@ def dtype_selected(config: pytest.Config, dtype: str) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mha_impl(name): the implementation a test runs")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """mha-suite's machine facts (CPU model, cores, GPUs, library versions), in both kinds
+    of results file, under ``machine_info["mha_suite"]``."""
+    from suite.records import machine_extension
+
+    machine_info.setdefault("mha_suite", {}).update(machine_extension())
+
+
+def _runs_a_plugin(item: pytest.Item) -> bool:
+    """A conformance case or a sweep point (other test suites keep pytest-timeout's way)."""
+    names = getattr(item, "fixturenames", ())
+    return "target" in names or "sweep_point" in names
+
+
+class Timeout(Exception):
+    """A test (conformance case or sweep point) ran past --timeout."""
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
+    """pytest-timeout's alarm raising ``Timeout`` inside the plugin's call, so the case or
+    point is recorded with one line and the run goes on (instead of a stack dump). A plugin
+    stuck in native code never sees the alarm: kill the run, and --resume a sweep."""
+    if not settings.timeout or settings.method != "signal" or not _runs_a_plugin(item):
+        return None
+
+    def alarm(signum, frame):
+        raise Timeout(f"no result within --timeout {settings.timeout:g} s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    return True
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> Optional[bool]:
+    if not _runs_a_plugin(item):
+        return None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test that timed out is reported in one line, not with the plugin's traceback."""
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(Timeout):
+        report.longrepr = f"{item.nodeid}: {call.excinfo.value}"
+    return report

@@ -67,10 +67,12 @@ def preset_dtypes(preset: str) -> List[str]:
 
 def _ints(text: str) -> List[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}") from None
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return values
 
 
 def _words(text: str) -> List[str]:
@@ -124,6 +126,11 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
         if bad:
             raise argparse.ArgumentTypeError(
                 f"--{axis}: expected some of {', '.join(known)}, got {', '.join(bad)}")
+    for axis in ("lengths", "heads", "kv_heads", "batch", "head_dim"):
+        bad = [v for v in overrides.get(axis, []) if v < 1]
+        if bad:
+            raise argparse.ArgumentTypeError(f"--{axis.replace('_', '-')}: expected positive "
+                                             f"integers, got {', '.join(map(str, bad))}")
     points = []
     for block in preset["blocks"]:
         axes = {"kv_heads": [None], "grad": [False], **preset["defaults"], **block, **overrides}
@@ -164,25 +171,54 @@ def results_path(args: argparse.Namespace) -> Path:
     return Path(args.out) / f"{args.name or 'sweep-' + args.preset}.json"
 
 
+class _RunState:
+    """A pytest plugin object that keeps this run's not-measured points for the summary."""
+
+    not_measured: List[dict] = []
+
+    def pytest_sessionfinish(self, session) -> None:
+        from suite.benchmarks.conftest import STATE
+
+        state = session.config.stash.get(STATE, None)
+        self.not_measured = list(state["not_measured"]) if state else []
+
+
+def preflight(args: argparse.Namespace) -> Dict[str, Any]:
+    """Check everything the sweep needs before any point is measured; the grid spec.
+
+    Raises InputError, ResultsError, argparse.ArgumentTypeError or a registry error,
+    each one line naming the argument.
+    """
+    from suite import preflight as check
+    from suite import records, registry
+
+    entries = check.usable_entries(registry.build(plugins=args.plugin), args.impl)
+    spec = grid(args)
+    check.positive(args.threads, "--threads")
+    check.positive(args.min_rounds, "--min-rounds")
+    check.positive(args.max_time, "--max-time", integer=False)
+    check.positive(args.memory_budget, "--memory-budget", integer=False)
+    check.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
+    swept = sorted({p["device"] for p in spec["points"]})
+    check.devices(entries, swept, "--device" if args.device else f"--preset {args.preset} (device)")
+    records.check_writable(results_path(args), "--out", kind="sweep")
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the sweep in this process; results are written after every point."""
+    """Run the sweep in this process; each finished point is merged into the results file."""
     import pytest
 
-    from suite import registry
+    from suite import records, registry
+    from suite.problem import InputError
 
     try:
-        registry.build(plugins=args.plugin).select(args.impl or None, available_only=False)
-        spec = grid(args)
-    except (registry.PluginError, registry.UnknownImplementation) as exc:
+        spec = preflight(args)
+    except (registry.PluginError, registry.UnknownImplementation, InputError,
+            records.ResultsError, argparse.ArgumentTypeError) as exc:
         print(f"mha-suite: error: {exc}", file=sys.stderr)
         return 2
-    except argparse.ArgumentTypeError as exc:
-        print(f"mha-suite: error: {exc}", file=sys.stderr)
-        return 2
-    out = results_path(args)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not args.resume:
-        out.unlink()  # a fresh sweep; --resume keeps finished points
+    out = results_path(args)  # existing points are kept; a point measured again replaces its own
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
                 memory_budget_gb=args.memory_budget, stop_after=args.stop_after)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -198,22 +234,24 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("impl", "plugin"):
         for value in getattr(args, flag) or []:
             pytest_args += [f"--{flag}", value]
+    run_state = _RunState()
     try:
-        code = int(pytest.main(pytest_args))
+        code = int(pytest.main(pytest_args, plugins=[run_state]))
     finally:
         os.unlink(f.name)
-    failed = 0
-    if out.exists():
-        from collections import Counter
+    if code == pytest.ExitCode.INTERRUPTED:
+        return 130  # the session said so, and which points were kept
+    from collections import Counter
 
-        not_measured = json.loads(out.read_text()).get("mha_suite_not_measured", [])
-        counts = Counter(x["status"] for x in not_measured)
-        if counts:
-            print("not measured: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        failed = counts["error"] + counts["timeout"]
+    counts = Counter(x["status"] for x in run_state.not_measured)
+    if counts:
+        print("not measured: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    failed = counts["error"] + counts["timeout"] + counts["invalid-output"]
+    if out.exists():
         print(f"sweep results: {out.resolve()}")
-    # 0 ok; 5 nothing to run (e.g. everything resumed); 2 interrupted (points kept);
-    # 1 when a point raised or timed out (recorded; the other points were measured).
+    # 0 ok; 5 nothing to run (e.g. everything resumed); 130 interrupted (points kept);
+    # 1 when a point raised, timed out or returned an invalid output (recorded; the
+    # other points were measured).
     if code not in (0, 5):
         return code
     return 1 if failed else 0

@@ -10,8 +10,8 @@ import pytest
 from bs4 import BeautifulSoup
 
 from reports.build import build_report
+from reports.frames import load_sweeps
 from reports.tables import compare_baseline
-from suite.results import load_sweeps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHART_SECTIONS = ["scaling", "heads", "throughput", "memory"]

@@ -1,4 +1,4 @@
-"""suite.results: loaders return the specified columns; the exponent fit recovers known slopes."""
+"""reports.frames: loaders return the specified columns; the exponent fit recovers known slopes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from suite.results import (
+from reports.frames import (
     CONFORMANCE_COLUMNS,
     SWEEP_COLUMNS,
     fit_exponent,
@@ -80,9 +80,10 @@ def test_missing_and_foreign_files_are_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load([tmp_path / "nope.json"])
     (tmp_path / "other.json").write_text('{"hello": 1}')
-    with pytest.raises(ValueError, match="neither a sweep"):
+    with pytest.raises(ValueError, match="not an mha-suite results file"):
         load([tmp_path / "other.json"])
-    assert load([tmp_path])[0].empty  # inside a directory it is ignored
+    with pytest.raises(ValueError, match="not an mha-suite results file"):
+        load([tmp_path])  # inside a directory too: a report never silently drops a file
 
 
 def _synthetic(exponent, lengths, noise=0.03, seed=0, **keys):

@@ -121,3 +121,132 @@ def test_bad_mask_name_is_one_line(cli):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("mha-suite: error: --mask: expected some of none, causal, "
                                    "padding, got diagonal")
+
+
+# --- no finished point is lost; no unfinished one is saved -----------------------------------
+SLOW = ["--preset", "ci", "--lengths", "16,24,32,40,48,56,64,72", "--heads", "1", "--mask",
+        "none", "--head-dim", "8", "--max-time", "0.3", "--min-rounds", "3",
+        "--plugin", str(PLUGINS / "slow.py"), "--impl", "slow.numpy"]
+
+
+def _start(out: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "suite.cli", "sweep", "--out", str(out),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+
+
+def _points_when(path: Path, n: int, proc: subprocess.Popen, timeout: float = 300) -> dict:
+    """The results file once it holds at least ``n`` points (polled)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            doc = json.loads(path.read_text())  # always complete: written by rename
+            if len(doc["benchmarks"]) >= n:
+                return doc
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never held {n} points")
+
+
+def _complete(doc: dict) -> None:
+    for b in doc["benchmarks"]:
+        assert b["extra_info"]["status"] == "ok" and b["extra_info"]["flops_per_s"] > 0
+        assert b["stats"]["rounds"] >= 3 and b["stats"]["median"] > 0
+
+
+def test_sigint_keeps_finished_points_and_says_so(tmp_path):
+    import signal
+
+    proc = _start(tmp_path, *SLOW)
+    _points_when(tmp_path / "sweep-ci.json", 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "mha-suite: interrupted" in err and "Traceback" not in err
+    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    _complete(doc)  # the point in progress was not saved as ok
+    finished = (out + err).count(" median ")
+    assert len(doc["benchmarks"]) == finished >= 2  # and every finished one was
+    assert len(doc["benchmarks"]) < 8
+
+
+def test_kill_9_keeps_finished_points_and_resume_finishes(tmp_path):
+    import signal
+
+    proc = _start(tmp_path, *SLOW)
+    seen = _points_when(tmp_path / "sweep-ci.json", 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    _complete(doc)
+    kept = {point_key(b["extra_info"]): b["stats"] for b in doc["benchmarks"]}
+    assert {point_key(b["extra_info"]) for b in seen["benchmarks"]} <= set(kept)
+    proc, final = _sweep(tmp_path, *SLOW, "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    _complete(final)
+    assert len(final["benchmarks"]) == 8
+    for b in final["benchmarks"]:  # finished points were not measured again
+        assert kept.get(point_key(b["extra_info"]), b["stats"]) == b["stats"]
+
+
+def test_two_sweeps_into_one_out_keep_every_point(tmp_path):
+    common = ["--preset", "ci", "--heads", "1", "--mask", "none", "--head-dim", "8",
+              "--max-time", "0.01", "--min-rounds", "2", "--impl", "numpy"]
+    procs = [_start(tmp_path, *common, "--lengths", lengths)
+             for lengths in ("16,32,48", "24,40,56")]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    assert sorted(b["extra_info"]["Lq"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
+
+
+def test_a_rerun_without_resume_keeps_points_it_does_not_measure(tmp_path):
+    proc, first = _sweep(tmp_path, *TINY, "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc, second = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask",
+                          "none", "--head-dim", "8", "--max-time", "0.01", "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {point_key(b["extra_info"]) for b in second["benchmarks"]} == {
+        point_key(b["extra_info"]) for b in first["benchmarks"]}
+
+
+# --- outputs are checked before a point is timed ---------------------------------------------
+def test_invalid_outputs_are_recorded_not_timed(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "2", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.01",
+                       "--plugin", str(PLUGINS / "bad_output.py"), "--impl", "badout.*",
+                       "--impl", "numpy")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert _medians(doc).keys() == {"numpy"}
+    assert doc["benchmarks"][0]["extra_info"]["verified"].startswith("warm-up output")
+    reasons = {x["impl"]: (x["status"], x["reason"]) for x in doc["mha_suite_not_measured"]}
+    assert reasons == {
+        "badout.list": ("invalid-output", "fetch: expected Result.output a NumPy array, got list"),
+        "badout.shape": ("invalid-output",
+                         "fetch: expected Result.output of shape (1, 16, 16) (B, L, E), got "
+                         "(1, 1, 16)"),
+        "badout.nan": ("invalid-output",
+                       "fetch: expected finite outputs (the oracle's are), got 256 NaN or inf"),
+        "badout.bare": ("invalid-output", "fetch: expected a suite.plugin.Result with an output "
+                                          "array, got ndarray")}
+
+
+def test_check_fails_a_non_array_output_in_one_line(cli, tmp_path):
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "bad_output.py"), "--impl", "badout.list",
+               "--dtype", "float32", "-k", "test_case and causal_top_left_short_query", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout and "AttributeError" not in proc.stdout
+    outcomes = {(r["outcome"], r["reason"]) for r in json.loads(out.read_text())["results"]}
+    assert outcomes == {("fail", "fetch: expected Result.output a NumPy array, got list")}
+
+
+def test_a_hanging_case_under_check_timeout_is_one_line(cli):
+    proc = cli("check", "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.forever",
+               "--dtype", "float32", "-k", "test_case and causal_top_left_short_query", "--timeout", "2")
+    assert proc.returncode == 1
+    lines = [x for x in proc.stdout.splitlines() if "no result within --timeout 2 s" in x]
+    assert lines and "Traceback" not in proc.stdout and "time.sleep" not in proc.stdout

@@ -1,21 +1,21 @@
 """Sweep session: the grid x registry parametrisation, machine facts, progress, and saving.
 
-Results are pytest-benchmark JSON, rewritten (atomically) after every point, with
-the points that could not be measured in ``mha_suite_not_measured``; ``--resume``
-keeps the points already in the file and runs only the missing ones.
+Results are pytest-benchmark JSON, merged into the results file (``suite.records``)
+after every finished point, with the points that could not be measured in
+``mha_suite_not_measured``; a point is saved only once it finished, so an interrupted
+point is never recorded. ``--resume`` runs only the points not measured in the file.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import signal
-from typing import Any, Dict, List, Optional
+import sys
+from typing import Any, Dict, List
 
 import pytest
 
-from suite import pytest_plugin, timing
+from suite import pytest_plugin, records, timing
+from suite.pytest_plugin import Timeout
 
 SPEC = pytest.StashKey[dict]()
 STATE = pytest.StashKey[dict]()
@@ -42,24 +42,13 @@ def _spec(config: pytest.Config) -> dict:
     return config.stash[SPEC]
 
 
-def _prior(spec: dict) -> dict:
-    """The results file's content when resuming (else an empty skeleton)."""
-    if spec.get("resume") and os.path.exists(spec["out"]):
-        with open(spec["out"]) as f:
-            prior = json.load(f)
-        prior["mha_suite_not_measured"] = []  # points not measured before are tried again
-        return prior
-    return {"benchmarks": [], "mha_suite_not_measured": []}
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--sweep-spec") is None and not _is_sweep_run(config):
         return
     spec = _spec(config)
-    prior = _prior(spec)
-    done = {timing.point_key(b.get("extra_info", {})) for b in prior["benchmarks"]}
-    config.stash[STATE] = {"prior": prior, "done": done, "not_measured": [],
-                           "machine_info": None, "commit_info": None, "count": 0,
+    done = records.measured_keys(spec["out"]) if spec.get("resume") else set()
+    config.stash[STATE] = {"done": done, "points": [], "not_measured": [], "run_info": None,
+                           "count": 0, "saved": 0, "interrupted": False,
                            "threads": timing.pin_threads(spec.get("threads")), "progress": None}
 
 
@@ -96,10 +85,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     combos = set()
     for item in items:
         cs = getattr(item, "callspec", None)
-        if cs and "sweep_point" in cs.params:
-            entry, device, point = cs.params["sweep_point"]
+        param = cs.params.get("sweep_point") if cs else None
+        if isinstance(param, tuple):  # not pytest's placeholder of an empty grid
+            entry, device, point = param
             combos.add((entry.impl.framework, device, point["dtype"]))
-    state["machine_info"] = _machine_info(config, combos)
+    state["combos"] = combos
+    state["run_info"] = records.run_info(config)
     from suite.progress import progress_bar
 
     progress = progress_bar("sweep")
@@ -108,49 +99,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     state["task"] = progress.add_task("sweep", total=len(items))
 
 
-def _machine_info(config: pytest.Config, combos) -> Dict[str, Any]:
-    import pytest_benchmark.plugin as pbp
-
-    info = pbp.pytest_benchmark_generate_machine_info()
-    facts = timing.machine_facts()
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """The sweep's own facts: pinned threads, preset, and the matmul peak of every
+    framework:device:dtype it times (measured before any point)."""
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return
     peaks = {}
-    for framework, device, dtype in sorted(combos):
+    for framework, device, dtype in sorted(state.get("combos", ())):
         peak = timing.matmul_peak(framework, device, dtype)
         if peak is not None:
             peaks[f"{framework}:{device}:{dtype}"] = peak
-    facts.update(threads=config.stash[STATE]["threads"], matmul_peak_flops=peaks,
-                 preset=_spec(config).get("preset"))
-    info["mha_suite"] = facts
-    return info
-
-
-class PointTimeout(Exception):
-    """A point ran past --timeout (raised inside the plugin by the alarm)."""
-
-
-@pytest.hookimpl(tryfirst=True, optionalhook=True)
-def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
-    """pytest-timeout's alarm, raising PointTimeout so test_point records the point as a
-    timeout and the sweep goes on (its own alarm needs pytest's terminal, off in sweeps).
-    A plugin stuck in native code never sees the alarm: kill the sweep and --resume it."""
-    if STATE not in item.config.stash or not settings.timeout or settings.method != "signal":
-        return None
-
-    def alarm(signum, frame):
-        raise PointTimeout(f"no result within --timeout {settings.timeout:g} s")
-
-    signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
-    return True
-
-
-@pytest.hookimpl(tryfirst=True, optionalhook=True)
-def pytest_timeout_cancel_timer(item: pytest.Item) -> Optional[bool]:
-    if STATE not in item.config.stash:
-        return None
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    return True
+    machine_info.setdefault("mha_suite", {}).update(
+        threads=state["threads"], matmul_peak_flops=peaks, preset=_spec(config).get("preset"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -161,7 +123,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = item.config.stash.get(STATE, None)
     if state is not None and report.when == "call" and report.failed and POINT in item.stash:
         text = call.excinfo.exconly() if call.excinfo else str(report.longrepr)
-        status = "timeout" if "PointTimeout" in text else "error"
+        status = "timeout" if call.excinfo and call.excinfo.errisinstance(Timeout) else "error"
         record_not_measured(item.config, item.stash[POINT], status, text.strip()[:500])
         note(item.config, f"{status}: {item.nodeid.rsplit('[', 1)[-1].rstrip(']')}: "
                           f"{text.strip().splitlines()[0][:200]}")
@@ -178,8 +140,14 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         state["progress"].advance(state["task"])
     stop = _spec(item.config).get("stop_after")
     if stop is not None and state["count"] >= stop:
-        save(item.config)
-        pytest.exit(f"stopped after {stop} points (--stop-after)", returncode=2)
+        raise KeyboardInterrupt(f"--stop-after {stop}")  # the tests' stand-in for Ctrl-C
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    _INTERRUPTED.append(True)
+
+
+_INTERRUPTED: List[bool] = []  # pytest's interrupt hook gets no config; one session a process
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -189,6 +157,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     save(session.config)
     if state["progress"] is not None:
         state["progress"].stop()
+    if _INTERRUPTED:
+        _INTERRUPTED.clear()
+        n = len(state["points"]) + len(state["not_measured"])
+        print(f"mha-suite: interrupted: the {n} points finished in this run are saved in "
+              f"{_spec(session.config)['out']}; the point in progress was not "
+              "(run again with --resume to finish)", file=sys.stderr)
 
 
 def note(config: pytest.Config, line: str) -> None:
@@ -200,30 +174,23 @@ def note(config: pytest.Config, line: str) -> None:
         print(line)
 
 
+def record_point(config: pytest.Config, benchmark_dict: Dict[str, Any]) -> None:
+    """A finished, checked point (pytest-benchmark's dict of it), saved at its teardown."""
+    config.stash[STATE]["points"].append(benchmark_dict)
+    config.stash[STATE]["count"] += 1
+
+
 def record_not_measured(config: pytest.Config, extra: Dict[str, Any], status: str,
                         reason: str) -> None:
     config.stash[STATE]["not_measured"].append({**extra, "status": status, "reason": reason})
     config.stash[STATE]["count"] += 1
 
 
-def save(config: pytest.Config) -> Optional[str]:
-    """Write prior + this run's points as pytest-benchmark JSON (atomic rename)."""
+def save(config: pytest.Config) -> None:
+    """Merge this run's finished points into the results file (when there are new ones)."""
     state, spec = config.stash[STATE], _spec(config)
-    bs = config._benchmarksession
-    if state["commit_info"] is None:
-        state["commit_info"] = config.hook.pytest_benchmark_generate_commit_info(config=config)
-    doc = config.hook.pytest_benchmark_generate_json(
-        config=config, benchmarks=bs.benchmarks, include_data=False,
-        machine_info=state["machine_info"] or {}, commit_info=state["commit_info"])
-    doc["benchmarks"] = state["prior"]["benchmarks"] + doc["benchmarks"]
-    doc["mha_suite_not_measured"] = [
-        *state["prior"].get("mha_suite_not_measured", []), *state["not_measured"]]
-    doc["mha_suite_preset"] = spec.get("preset")
-    doc["datetime"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    out = spec["out"]
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = f"{out}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    os.replace(tmp, out)  # a killed sweep leaves the previous complete file, never half of one
-    return out
+    if state["count"] == state["saved"] or state["run_info"] is None:
+        return
+    records.merge_sweep(spec["out"], state["run_info"], state["points"], state["not_measured"],
+                        spec.get("preset"))
+    state["saved"] = state["count"]

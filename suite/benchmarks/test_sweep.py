@@ -8,7 +8,16 @@ from typing import Any, Dict
 import pytest
 
 from suite import timing
-from suite.benchmarks.conftest import POINT, STATE, PointTimeout, _spec, note, record_not_measured
+from suite.benchmarks.conftest import (
+    POINT,
+    STATE,
+    _spec,
+    note,
+    record_not_measured,
+    record_point,
+)
+from suite.outputs import VERIFIED, check_output
+from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
 
 
@@ -16,7 +25,7 @@ def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
                   exc: BaseException) -> None:
     """Record a point that raised (timeout, oom or error) and skip it; the sweep goes on."""
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, PointTimeout):
+    if isinstance(exc, Timeout):
         status = "timeout"
     elif isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
             or "out of memory" in text.lower():
@@ -71,12 +80,18 @@ def test_point(benchmark, sweep_point, request):
         prepare_s = time.perf_counter() - start
         compile_s = st.get("compile_s") if isinstance(st, dict) else getattr(st, "compile_s", None)
         with timing.peak_memory(impl.framework, device) as mem:  # untimed, also a warm-up
-            impl.run(st)
+            handle = impl.run(st)
             impl.synchronize(st)
+        invalid = check_output(impl.fetch(st, handle), (B, L, H * D))  # untimed
     except Exception as exc:  # recorded for this point; the sweep goes on
         _not_measured(request, extra, exc)
+    if invalid:
+        record_not_measured(config, extra, "invalid-output", invalid)
+        note(config, f"invalid-output: {request.node.callspec.id}: {invalid}"[:300])
+        pytest.skip(f"invalid-output: {invalid}")
     extra.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
-                 compile_s=compile_s, prepare_s=prepare_s, status="ok", reason=None)
+                 compile_s=compile_s, prepare_s=prepare_s, verified=VERIFIED, status="ok",
+                 reason=None)
     benchmark.extra_info.update(extra)
 
     def timed():
@@ -89,6 +104,6 @@ def test_point(benchmark, sweep_point, request):
         _not_measured(request, extra, exc)
     median = benchmark.stats.stats.median
     benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
-    config.stash[STATE]["count"] += 1
+    record_point(config, benchmark.stats.as_dict(include_data=False))  # finished: saved
     note(config, f"{entry.name:<18} {device:<6} {dtype:<8} L={L:<6} H={H:<3} {point['mask']:<7} "
                  f"median {median * 1e3:9.3f} ms  {extra['flops'] / median / 1e9:8.1f} GFLOP/s")

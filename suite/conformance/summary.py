@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
-import os
-import platform
-import subprocess
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List
 
@@ -49,22 +44,6 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
     return lines
 
 
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, cwd=os.path.dirname(__file__))
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def machine() -> dict:
-    from suite.environment import cpu_model, library_versions
-
-    return {"node": platform.node(), "cpu_model": cpu_model(), "system": platform.platform(),
-            "python": platform.python_version(), "libraries": library_versions()}
-
-
 def implementations(config) -> List[dict]:
     out = []
     for e in pytest_plugin.session_registry(config).entries.values():
@@ -83,12 +62,7 @@ def implementations(config) -> List[dict]:
 
 
 def write_json(path: str, records: Iterable[dict], config) -> None:
-    doc = {"kind": "mha-suite/conformance", "version": 1,
-           "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": _commit(), "machine": machine(), "implementations": implementations(config),
-           "results": list(records)}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
+    """Merge this run's records into the conformance file at ``path`` (suite.records)."""
+    from suite.records import merge_conformance, run_info
+
+    merge_conformance(path, run_info(config), implementations(config), records)

@@ -1,5 +1,6 @@
 """Results files -> long-form pandas DataFrames, and the scaling-exponent fit.
 
+Files are read (and checked) by ``suite.records``; this module only shapes them.
 ``load(paths)`` reads any mix of sweep files (pytest-benchmark JSON) and conformance
 files, or directories of them (every ``*.json`` inside, recursively). Sweeps give one row
 per point x implementation, measured or not; conformance gives one row per case result.
@@ -10,13 +11,15 @@ throughput in FLOP/s. Only report code imports this module (it needs pandas).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
+
+from suite import records
+from suite.records import Document, machine_ids, read
 
 PathLike = Union[str, Path]
 
@@ -25,7 +28,7 @@ SWEEP_COLUMNS = [
     "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "E", "D", "mask", "grad",
     "median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "rounds",
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
-    "peak_bytes", "peak_method", "compile_s", "status", "reason"]
+    "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason"]
 CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version", "device",
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",
@@ -34,90 +37,26 @@ CONFORMANCE_COLUMNS = [
 POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "E", "D",
               "mask", "grad"]
 FIT_KEYS = ["machine", "impl", "device", "dtype", "mask", "H", "B", "D"]
-STATS = {"median_s": "median", "min_s": "min", "mean_s": "mean", "stddev_s": "stddev",
-         "iqr_s": "iqr", "q1_s": "q1", "q3_s": "q3", "rounds": "rounds"}
 NUMERIC = ["median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "flops",
            "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_bytes",
            "compile_s"]
 
 
-class Document(NamedTuple):
-    """One results file: its path, kind ("sweep" | "conformance") and parsed JSON."""
-
-    path: Path
-    kind: str
-    doc: Dict[str, Any]
-
-
-def files(paths: Iterable[PathLike]) -> List[Path]:
-    """The JSON files named by ``paths`` (files, or directories searched recursively)."""
-    out: List[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(p.rglob("*.json"))
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise FileNotFoundError(f"results: {p} does not exist")
-    return out
+def _sweep_rows(d: Document, machine: str) -> List[dict]:
+    facts = records.run_facts(d)
+    peaks = facts["extra"].get("matmul_peak_flops") or {}
+    rows = records.sweep_rows(d)
+    for row in rows:
+        row.update(machine=machine, source=str(d.path), datetime=facts["datetime"],
+                   commit=facts["commit"], peak_flops=_peak(peaks, row.get("framework"),
+                                                            row.get("device"), row.get("dtype")))
+    return rows
 
 
-def kind_of(doc: Any) -> Optional[str]:
-    if isinstance(doc, dict) and doc.get("kind") == "mha-suite/conformance":
-        return "conformance"
-    if isinstance(doc, dict) and "benchmarks" in doc and "machine_info" in doc:
-        return "sweep"
-    return None
-
-
-def read(paths: Iterable[PathLike]) -> List[Document]:
-    """Parse every results file; JSON files of other kinds inside a directory are ignored.
-
-    A file named explicitly that is not a results file is a ValueError.
-    """
-    paths = list(paths)
-    named = {Path(p) for p in paths if Path(p).is_file()}
-    docs = []
-    for path in files(paths):
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"results: {path} is not a readable JSON file ({exc})") from exc
-        kind = kind_of(doc)
-        if kind is None:
-            if path in named:
-                raise ValueError(f"results: {path} is neither a sweep (pytest-benchmark JSON) "
-                                 "nor a conformance results file")
-            continue
-        docs.append(Document(path, kind, doc))
-    return docs
-
-
-def _machine_facts(d: Document) -> Tuple[str, str]:
-    """(node, cpu) of the machine that wrote ``d``."""
-    if d.kind == "sweep":
-        info = d.doc.get("machine_info") or {}
-        extra = info.get("mha_suite") or {}
-        cpu = extra.get("cpu_model") or (info.get("cpu") or {}).get("brand_raw") or ""
-        return info.get("node") or "unknown", cpu
-    m = d.doc.get("machine") or {}
-    return m.get("node") or "unknown", m.get("cpu_model") or ""
-
-
-def machine_ids(docs: List[Document]) -> Dict[Path, str]:
-    """Per file, the machine's name: its node name, suffixed when two CPUs share one."""
-    by_node: Dict[str, List[str]] = {}
-    for d in docs:
-        node, cpu = _machine_facts(d)
-        cpus = by_node.setdefault(node, [])
-        if cpu not in cpus:
-            cpus.append(cpu)
-    out = {}
-    for d in docs:
-        node, cpu = _machine_facts(d)
-        i = by_node[node].index(cpu)
-        out[d.path] = node if i == 0 else f"{node}#{i + 1}"
-    return out
+def _conformance_rows(d: Document, machine: str) -> List[dict]:
+    facts = records.run_facts(d)
+    return [{**r, "machine": machine, "source": str(d.path), "created": facts["datetime"],
+             "commit": facts["commit"]} for r in records.conformance_rows(d)]
 
 
 def _float(x: Any) -> float:
@@ -136,38 +75,6 @@ def _peak(peaks: Dict[str, float], framework: Any, device: Any, dtype: Any) -> O
     if exact is not None:
         return exact
     return next((v for k, v in sorted(peaks.items()) if k.endswith(f":{device}:{dtype}")), None)
-
-
-def _sweep_rows(d: Document, machine: str) -> List[dict]:
-    info = d.doc.get("machine_info") or {}
-    peaks = (info.get("mha_suite") or {}).get("matmul_peak_flops") or {}
-    rows = []
-    for b in d.doc.get("benchmarks") or []:
-        row = dict(b.get("extra_info") or {})
-        stats = b.get("stats") or {}
-        row.update({col: stats.get(key) for col, key in STATS.items()})
-        row["status"] = row.get("status") or "ok"
-        rows.append(row)
-    for x in d.doc.get("mha_suite_not_measured") or []:
-        rows.append({**x, "status": x.get("status") or "error"})
-    for row in rows:
-        row.update(machine=machine, source=str(d.path), datetime=d.doc.get("datetime"),
-                   commit=(d.doc.get("commit_info") or {}).get("id"),
-                   peak_flops=_peak(peaks, row.get("framework"), row.get("device"),
-                                    row.get("dtype")))
-    return rows
-
-
-def _conformance_rows(d: Document, machine: str) -> List[dict]:
-    impls = {i.get("name"): i for i in d.doc.get("implementations") or []}
-    rows = []
-    for r in d.doc.get("results") or []:
-        meta = impls.get(r.get("impl")) or {}
-        rows.append({**r, "machine": machine, "source": str(d.path),
-                     "created": d.doc.get("created"), "commit": d.doc.get("commit"),
-                     "framework": meta.get("framework"),
-                     "framework_version": meta.get("framework_version")})
-    return rows
 
 
 def _newest(df: pd.DataFrame, keys: List[str], when: str) -> pd.DataFrame:
