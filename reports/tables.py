@@ -76,8 +76,10 @@ def implementations(docs: List[Document]) -> List[Dict[str, Any]]:
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
-                "deviations": sorted((b, _declared(d)) for b, d in
-                                     (i.get("deviations") or {}).items())}
+                "deviations": sorted(
+                    (b, _declared(d) + (" (stale: no case needed it)"
+                                        if b in (i.get("stale_deviations") or []) else ""))
+                    for b, d in (i.get("deviations") or {}).items())}
     return sorted(seen.values(), key=lambda r: (not r["available"], r["name"] or ""))
 
 

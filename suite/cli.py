@@ -65,7 +65,11 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     progress = getattr(args, "progress", None)
     if progress is None:
         progress = sys.stderr.isatty()  # a live bar on a terminal; pytest's counts in logs
+    # rootdir is the folder holding the suite package, so FAILED lines and test ids are
+    # real paths from there (suite/conformance/...), wherever the command runs and wherever
+    # a --plugin file lies (pytest would otherwise drop the folders).
     out = ["--pyargs", "suite.conformance", "-p", "no:cacheprovider", "-q",
+           f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
            "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
     if progress:

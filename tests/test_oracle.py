@@ -90,3 +90,46 @@ def test_naive_error_grows_as_precision_drops():
     ref = oracle(p)[0]
     errs = [np.abs(naive(p, t)[0] - ref).max() for t in ("float32", "float16", "bfloat16")]
     assert 0 < errs[0] < errs[1] < errs[2]
+
+
+def test_float32_baseline_is_computed_in_float32():
+    """naive_float32 runs float32 matmuls (BLAS order): its q projection is exactly
+    NumPy's float32 product, not a float64 product rounded once."""
+    from suite.oracle import Arithmetic, forward
+
+    p = make_problem(12, 2, 9, 9, 64, 2)
+    f = forward(p, Arithmetic("float32", "blas"))
+    x32 = p.query.astype(np.float32)
+    q32 = x32 @ p.weights.w_q.astype(np.float32) + p.weights.b_q.astype(np.float32)
+    np.testing.assert_array_equal(f["q"], q32.reshape(2, 9, 2, 32).transpose(0, 2, 1, 3))
+    once = round_to(p.query.astype(np.float32).astype(np.float64)
+                    @ p.weights.w_q.astype(np.float32).astype(np.float64), "float32")
+    assert not np.array_equal(f["q"], (once + p.weights.b_q.astype(np.float32)).reshape(
+        2, 9, 2, 32).transpose(0, 2, 1, 3))
+
+
+def test_two_reduction_orders_differ_and_both_are_float32_accurate():
+    p = make_problem(13, 1, 16, 16, 256, 2)  # D = 128: long dot products
+    ref = oracle(p)[0]
+    blas, seq = (naive(p, "float32", o)[0] for o in ("blas", "sequential"))
+    assert not np.array_equal(blas, seq)
+    for got in (blas, seq):
+        assert 0 < np.abs(got - ref).max() < 64 * 2**-23 * np.abs(ref).max()
+
+
+def test_fully_masked_policies_change_only_the_empty_rows():
+    from suite.oracle import FULLY_MASKED
+
+    p = make_problem(14, 2, 4, 5, 8, 2, mask=Mask(valid_lens=np.array([5, 0])))
+    spec = oracle(p)[0]
+    for policy in FULLY_MASKED:
+        out, w = oracle(p, policy)
+        np.testing.assert_array_equal(out[0], spec[0])  # rows with keys: the spec
+        if policy == "nan":
+            assert np.isnan(out[1]).all()
+        elif policy == "mean_values":
+            np.testing.assert_allclose(w[1], 1 / 5)
+        elif policy == "unmasked":
+            assert np.all(w[1] > 0) and np.allclose(w[1].sum(-1), 1)
+        else:
+            np.testing.assert_array_equal(out[1], spec[1])

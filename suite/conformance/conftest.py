@@ -220,7 +220,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     records = config.stash.get(RECORDS, [])
     if not records:
         return
-    from suite.conformance.summary import matrix_lines, write_json
+    from suite.conformance.summary import matrix_lines, stale_lines, write_json
 
     unused = set(config.stash[KNOWN]) - config.stash[USED]
     for pattern in sorted(unused):
@@ -228,6 +228,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             config.getoption(o) for o in ("--impl", "--device", "--dtype"))
         if config.stash[TARGETS] and not filtered:
             terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
+    for line in stale_lines(records, config):
+        terminalreporter.write_line(line)
     for line in matrix_lines(records, config):
         terminalreporter.write_line(line)
     path = config.getoption("--conformance-json")

@@ -44,7 +44,34 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
     return lines
 
 
-def implementations(config) -> List[dict]:
+def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str]]
+                       ) -> Dict[str, List[str]]:
+    """impl -> the declared behaviours no case needed: the run met each of them (some
+    problem exhibited it) and every such result gave the spec's answer."""
+    met: Dict[str, set] = defaultdict(set)
+    needed: Dict[str, set] = defaultdict(set)
+    for r in records:
+        met[r["impl"]].update(r.get("behaviours") or ())
+        needed[r["impl"]].update(r.get("policies_used") or ())
+    out = {}
+    for impl, behaviours in declared.items():
+        stale = sorted((set(behaviours) & met[impl]) - needed[impl])
+        if stale:
+            out[impl] = stale
+    return out
+
+
+def stale_lines(records: List[dict], config) -> List[str]:
+    """Warnings for declarations the code no longer needs, like unused known failures."""
+    declared = {e.name: list(e.impl.deviations)
+                for e in pytest_plugin.selected_entries(config, available_only=True)}
+    return [f"warning: stale declaration: {impl} declares {b} but every case that exhibits "
+            f"it gave the spec's answer (remove the declaration)"
+            for impl, bs in stale_declarations(records, declared).items() for b in bs]
+
+
+def implementations(config, records: Iterable[dict] = ()) -> List[dict]:
+    records = list(records)
     out = []
     for e in pytest_plugin.session_registry(config).entries.values():
         item = {"name": e.name, "source": e.source, "available": e.available, "error": e.error,
@@ -56,7 +83,9 @@ def implementations(config) -> List[dict]:
             item.update(framework=impl.framework, framework_version=impl.framework_version(),
                         devices=devices, dtypes={d: list(impl.dtypes(d)) for d in devices},
                         features=sorted(impl.features), deviations={b: dataclasses.asdict(d)
-                                    for b, d in impl.deviations.items()})
+                                    for b, d in impl.deviations.items()},
+                        stale_deviations=stale_declarations(
+                            records, {e.name: list(impl.deviations)}).get(e.name, []))
         out.append(item)
     return out
 
@@ -65,4 +94,5 @@ def write_json(path: str, records: Iterable[dict], config) -> None:
     """Merge this run's records into the conformance file at ``path`` (suite.records)."""
     from suite.records import merge_conformance, run_info
 
-    merge_conformance(path, run_info(config), implementations(config), records)
+    records = list(records)
+    merge_conformance(path, run_info(config), implementations(config, records), records)
