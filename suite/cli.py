@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -65,6 +66,9 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     progress = getattr(args, "progress", None)
     if progress is None:
         progress = sys.stderr.isatty()  # a live bar on a terminal; pytest's counts in logs
+    workers = getattr(args, "workers", 0) or 0
+    workers = workers if isinstance(workers, int) else 0
+    progress = progress and workers < 2  # the xdist controller collects nothing to count
     # rootdir is the folder holding the suite package, so FAILED lines and test ids are
     # real paths from there (suite/conformance/...), wherever the command runs and wherever
     # a --plugin file lies (pytest would otherwise drop the folders).
@@ -72,7 +76,9 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
            f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
            "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
-    if progress:
+    if workers > 1:  # each implementation's cases on one worker: compiled graphs reused
+        out += ["-n", str(workers), "--dist", "loadgroup"]
+    elif progress:
         out.append("--progress")
     for flag in ("impl", "plugin", "device", "dtype", "known_failures"):
         for value in getattr(args, flag, None) or []:
@@ -88,11 +94,30 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     return out + list(getattr(args, "pytest_args", None) or [])
 
 
+def conformance_workers(workers: Optional[str], implementations: int) -> int:
+    """pytest-xdist workers for a conformance run: ``auto`` is one per core, at most one per
+    implementation (each implementation's cases stay on one worker); 0 or 1 runs serially."""
+    if workers in (None, "auto"):
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is None:
+            return 0
+        return min(os.cpu_count() or 1, implementations) if implementations > 1 else 0
+    try:
+        n = int(workers)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise CLIError(f"--workers: expected 'auto' or a whole number >= 0, got {workers!r}")
+    return n
+
+
 def preflight_check(args: argparse.Namespace) -> None:
     """Everything `check` needs, checked before any case runs (one line, exit 2)."""
     from suite import preflight, records
 
     entries = preflight.usable_entries(_registry(args), args.impl)
+    args.workers = conformance_workers(getattr(args, "workers", "auto"), len(entries))
     preflight.dtypes(args.dtype)
     preflight.devices(entries, args.device)
     preflight.targets(entries, args.device, args.dtype)
@@ -173,6 +198,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"goes on (pytest-timeout; default {CASE_TIMEOUT_S:.0f}, 0 = none)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar with an ETA (default: when stderr is a terminal)")
+    p.add_argument("--workers", default="auto", metavar="N",
+                   help="pytest-xdist worker processes for the conformance cases (default "
+                        "auto: one per core, at most one per implementation; 0 = serial)")
 
 
 def build_parser() -> argparse.ArgumentParser:

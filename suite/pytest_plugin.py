@@ -73,6 +73,16 @@ def dtype_selected(config: pytest.Config, dtype: str) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mha_impl(name): the implementation a test runs")
+    # A pytest-xdist controller collects nothing, so the conformance conftest (which gathers
+    # the workers' records from their reports, writes the JSON and prints the matrix) is
+    # registered here for a distributed conformance run.
+    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+            and any(str(a).startswith("suite.conformance") for a in config.args)):
+        from suite.conformance import conftest as conformance
+
+        if not config.pluginmanager.is_registered(conformance):
+            config.pluginmanager.register(conformance, "mha_suite_conformance")
+            conformance.pytest_configure(config)  # registered mid-configure: not called
 
 
 @pytest.hookimpl(optionalhook=True)

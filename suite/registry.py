@@ -126,9 +126,11 @@ def _classes_in(obj: object) -> List[type]:
     if isinstance(obj, type):
         return [obj]
     if isinstance(obj, types.ModuleType):
+        # Classes that name themselves: a helper base inheriting a built-in's name (say
+        # a subclass of NumpyMHA with no name of its own) must not replace that built-in.
         found = [v for v in vars(obj).values()
                  if isinstance(v, type) and v.__module__ == obj.__name__
-                 and getattr(v, "name", "") and callable(getattr(v, "run", None))]
+                 and vars(v).get("name") and callable(getattr(v, "run", None))]
         return found
     if callable(obj):  # a factory returning classes (variants known at run time)
         return list(obj())

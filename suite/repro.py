@@ -40,7 +40,6 @@ are exactly what the implementation passed to the library: q (B, H, L, D), k and
 from pathlib import Path
 
 import numpy as np
-
 {code}
 
 

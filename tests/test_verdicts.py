@@ -170,3 +170,24 @@ def test_thread_count_changes_no_baseline_in_sequential_order():
         one = naive(p, "float32", "sequential")[0]
     two = naive(p, "float32", "sequential")[0]
     np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.slow
+def test_xdist_run_gives_the_serial_verdicts(tmp_path):
+    """The same conformance run serially and on two pytest-xdist workers: same records."""
+    pytest.importorskip("xdist")
+    import json
+
+    from tests.conftest import run_cli
+
+    docs = []
+    for workers in ("0", "2"):
+        out = tmp_path / f"w{workers}.json"
+        proc = run_cli("check", "--impl", "numpy", "--impl", "torch.eager", "--impl", "jax.jit",
+                       "--plugin", POLICIES, "--impl", "policy.claims_*", "--dtype", "float32",
+                       "--workers", workers, "--json", str(out), "--no-progress", timeout=1800)
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # claims_nan
+        docs.append({r["test_id"]: (r["outcome"], r["err"], r["err_naive"])
+                     for r in json.loads(out.read_text())["results"]})
+    assert docs[0] == docs[1]
+    assert len(docs[0]) > 200

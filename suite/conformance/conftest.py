@@ -68,7 +68,15 @@ MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
 SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
 
 
+# Records and matched known-failure patterns travel in each test report's user_properties,
+# so the controller of a pytest-xdist run sees every worker's outcomes.
+RECORD_KEY = "mha_suite_record"
+KNOWN_KEY = "mha_suite_known_failure"
+_CONFIG: dict = {}
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG["config"] = config
     config.stash[RECORDS] = []
     extra = config.getoption("--known-failures") or []
     config.stash[KNOWN] = read_known_failures([KNOWN_FILE, *extra])
@@ -78,8 +86,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: List[pytest.Item]) -> None:
-    """With --progress: a bar with an ETA instead of pytest's dots."""
-    if not config.getoption("--progress") or not items:
+    """Each implementation's tests form one xdist group (``--dist loadgroup`` keeps them on
+    one worker, which compiles each graph once); with --progress, a bar with an ETA."""
+    for item in items:
+        cs = getattr(item, "callspec", None)
+        if cs is not None and "target" in cs.params:
+            item.add_marker(pytest.mark.xdist_group(cs.params["target"][0].name))
+    if not config.getoption("--progress") or not items or _is_worker(config):
         return
     from rich.progress import TextColumn
 
@@ -100,13 +113,31 @@ def pytest_report_teststatus(report, config: pytest.Config):
     return result
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    state = item.config.stash[PROGRESS]
+def _is_worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker: records travel to the controller in the reports."""
+    return hasattr(config, "workerinput")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect records from the reports (this process's or, under xdist, the workers'),
+    advance the progress bar and save the results JSON now and then."""
+    config = _CONFIG.get("config")
+    if config is None or _is_worker(config):
+        return
+    if report.when == "call" and report.failed:
+        config.stash[PROGRESS]["failed"] += 1
+    if report.when != "teardown":  # the last report of a test carries all its properties
+        return
+    for key, value in report.user_properties:
+        if key == RECORD_KEY:
+            config.stash[RECORDS].append(value)
+        elif key == KNOWN_KEY:
+            config.stash[USED].add(value)
+    state = config.stash[PROGRESS]
     if state["bar"] is not None:
         state["bar"].update(state["task"], advance=1, failed=state["failed"])
     if time.monotonic() - state["saved"] > SAVE_EVERY_S:
-        _save(item.config)  # a killed run keeps what it measured
+        _save(config)  # a killed run keeps what it measured
 
 
 @pytest.hookimpl(wrapper=True)
@@ -115,7 +146,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     or a harness error) is still recorded, as an error with the reason."""
     report = yield
     if report.when == "call" and report.failed:
-        item.config.stash[PROGRESS]["failed"] += 1
         cs = getattr(item, "callspec", None)
         if not item.stash.get(RECORDED, False) and cs is not None and "target" in cs.params:
             entry, device, dtype = cs.params["target"]
@@ -127,15 +157,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             out = Outcome(entry.name, device, dtype, family, name,
                           getattr(case, "seed", 0), "error", reason=reason.strip()[:2000],
                           test_id=item.nodeid)
-            item.config.stash[RECORDS].append(out.record())
+            report.user_properties.append((RECORD_KEY, out.record()))
     return report
 
 
 def known_failure(config: pytest.Config, name: str):
+    """(pattern, reason) of the first known-failure entry matching test ``name``, or None."""
     for pattern, reason in config.stash[KNOWN].items():
         if fnmatch.fnmatchcase(name, pattern):
-            config.stash[USED].add(pattern)
-            return reason
+            return pattern, reason
     return None
 
 
@@ -184,12 +214,15 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
     outcome.test_id = request.node.nodeid
     request.node.stash[RECORDED] = True
     known = known_failure(request.config, request.node.name)
+    if known:
+        request.node.user_properties.append((KNOWN_KEY, known[0]))
+        known = known[1]
     if known and outcome.outcome in FAILED:
         outcome.outcome, outcome.reason = "known_failure", f"{known}; {outcome.reason}"
     elif known:
         warnings.warn(f"{request.node.name} is listed as a known failure but passed",
                       stacklevel=2)
-    request.config.stash[RECORDS].append(outcome.record())
+    request.node.user_properties.append((RECORD_KEY, outcome.record()))
     replay = "\n  replay: " + replay_command(request.config, outcome.impl,
                                               request.node.callspec.id)
     if outcome.outcome == "unsupported":
@@ -214,6 +247,8 @@ def _save(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if _is_worker(config):
+        return
     bar = config.stash[PROGRESS]["bar"]
     if bar is not None:
         bar.stop()
@@ -226,7 +261,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for pattern in sorted(unused):
         filtered = config.option.keyword or any(
             config.getoption(o) for o in ("--impl", "--device", "--dtype"))
-        if config.stash[TARGETS] and not filtered:
+        if _targets(config) and not filtered:
             terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
     for line in stale_lines(records, config):
         terminalreporter.write_line(line)
