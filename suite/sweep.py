@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from suite import registry
 
     try:
-        registry.build(plugins=args.plugin).select(args.impl or None, available_only=False)
+        registry.shared(args.plugin).select(args.impl or None, available_only=False)
         spec = grid(args)
     except (registry.PluginError, registry.UnknownImplementation) as exc:
         print(f"mha-suite: error: {exc}", file=sys.stderr)
