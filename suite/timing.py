@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import sys
 import time
 import tracemalloc
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -72,24 +71,46 @@ def machine_facts() -> Dict[str, Any]:
 
 
 # --- matmul peak ---------------------------------------------------------------------------
-def _median_seconds(fn: Callable[[], Any], sync: Callable[[Any], Any], repeats: int = 5) -> float:
-    sync(fn())  # warm up
-    times = []
-    for _ in range(repeats):
+PEAK_MIN_TOTAL_S = 1.0  # a peak is the best of repeated products totalling at least this
+
+
+def _best_seconds(fn: Callable[[], Any], sync: Callable[[Any], Any],
+                  min_total_s: float = PEAK_MIN_TOTAL_S, min_repeats: int = 3) -> float:
+    """Fastest of repeated calls, after a warm-up, until they total ``min_total_s``.
+
+    The best, not the median: on a shared CPU the other work only ever slows a call down,
+    so the fastest call is the one closest to what the hardware does.
+    """
+    sync(fn())  # warm up (first-call allocation, JIT, BLAS thread start)
+    times: List[float] = []
+    while len(times) < min_repeats or sum(times) < min_total_s:
         start = time.perf_counter()
         sync(fn())
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
-def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048) -> Optional[float]:
-    """Measured FLOP/s of an n x n x n matmul in ``framework`` (median of 5), or None."""
+def _jax_device(device: str):
+    """'cpu' or 'cuda[:i]' -> the jax device, asked of JAX itself."""
+    import jax
+
+    if device == "cpu":
+        return jax.devices("cpu")[0]
+    if device.startswith("cuda"):
+        return jax.devices("gpu")[int(device.partition(":")[2] or 0)]
+    raise ValueError(f"device: expected 'cpu' or 'cuda:i', got {device!r}")
+
+
+def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048,
+                min_total_s: float = PEAK_MIN_TOTAL_S) -> Optional[float]:
+    """Measured FLOP/s of an n x n x n matmul in ``framework``: the best of repeated
+    products totalling at least ``min_total_s``; None where it cannot run here."""
     try:
         if framework == "numpy":
             if dtype not in ("float32", "float64", "float16"):
                 return None
             a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-            seconds = _median_seconds(lambda: a @ a, lambda x: x)
+            seconds = _best_seconds(lambda: a @ a, lambda x: x, min_total_s)
         elif framework == "torch":
             import torch
 
@@ -97,21 +118,48 @@ def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048) -> Optio
             a = torch.randn(n, n, device=device).to(t)
             sync = (lambda x: torch.cuda.synchronize(device)) if device.startswith("cuda") \
                 else (lambda x: x)
-            seconds = _median_seconds(lambda: a @ a, sync)
+            seconds = _best_seconds(lambda: a @ a, sync, min_total_s)
         elif framework == "jax":
             import jax
             import jax.numpy as jnp
 
-            from implementations.jax_common import jax_device
-
-            a = jax.device_put(jnp.ones((n, n), getattr(jnp, dtype)), jax_device(device))
+            a = jax.device_put(jnp.ones((n, n), getattr(jnp, dtype)), _jax_device(device))
             mm = jax.jit(lambda x: x @ x)
-            seconds = _median_seconds(lambda: mm(a), jax.block_until_ready)
+            seconds = _best_seconds(lambda: mm(a), jax.block_until_ready, min_total_s)
         else:
             return None
     except Exception:  # a framework that cannot do this dtype here: no peak, not a crash
         return None
     return 2.0 * n ** 3 / seconds
+
+
+def peak_key(framework: str, device: str, dtype: str) -> str:
+    return f"{framework}:{device}:{dtype}"
+
+
+def matmul_peaks(combos: Iterable[Tuple[str, str, str]]) -> Dict[str, float]:
+    """{'framework:device:dtype': FLOP/s} for each (framework, device, dtype) measurable."""
+    out = {}
+    for framework, device, dtype in sorted(set(combos)):
+        peak = matmul_peak(framework, device, dtype)
+        if peak is not None:
+            out[peak_key(framework, device, dtype)] = peak
+    return out
+
+
+def combine_peaks(before: Dict[str, float], after: Dict[str, float]
+                  ) -> Tuple[Dict[str, float], Dict[str, Dict[str, Optional[float]]]]:
+    """The peaks a share is computed from (the higher of before and after the points) and
+    both measurements with their spread, |before - after| / higher."""
+    higher: Dict[str, float] = {}
+    runs: Dict[str, Dict[str, Optional[float]]] = {}
+    for key in sorted(set(before) | set(after)):
+        b, a = before.get(key), after.get(key)
+        best = max(v for v in (b, a) if v is not None)
+        higher[key] = best
+        spread = abs(b - a) / best if b is not None and a is not None else None
+        runs[key] = {"before": b, "after": a, "spread": spread}
+    return higher, runs
 
 
 # --- peak memory ---------------------------------------------------------------------------
@@ -156,18 +204,13 @@ def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
                       peak_method="cuda_max_memory_allocated")
         return
     if device.startswith("cuda") and framework == "jax":
-        import jax
-
-        from implementations.jax_common import jax_device
-
-        stats = jax_device(device).memory_stats() or {}
+        stats = _jax_device(device).memory_stats() or {}
         base = stats.get("bytes_in_use", 0)
         yield result
-        stats = jax_device(device).memory_stats() or {}
+        stats = _jax_device(device).memory_stats() or {}
         if "peak_bytes_in_use" in stats:
             result.update(peak_bytes=int(stats["peak_bytes_in_use"] - base),
                           peak_method="jax_peak_bytes_in_use (not reset: upper bound)")
-        _ = jax
         return
     if framework == "numpy":
         tracing = tracemalloc.is_tracing()
