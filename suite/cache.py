@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -112,3 +113,38 @@ def memo(name: str, compute: Callable[[], T]) -> T:
         store(name, value)
     _MEMORY[name] = value
     return value
+
+
+# Compile caches: inductor's FX graph cache (on by default, but in /tmp) and JAX's
+# persistent compilation cache (off by default), both in the user's cache directory.
+# Set as environment defaults, read when each framework first needs them; a user's own
+# setting wins. JAX writes every entry: attention compiles on the CPU in well under the
+# default 1 s threshold.
+COMPILE_CACHE_ENV = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "JAX_COMPILATION_CACHE_DIR": "jax",
+}
+JAX_CACHE_THRESHOLDS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+
+
+def enable_compile_caches() -> Dict[str, str]:
+    """Point inductor and JAX at persistent caches here (unless the environment already
+    does); returns the settings in effect. Call before a framework compiles."""
+    try:
+        for var, folder in COMPILE_CACHE_ENV.items():
+            os.environ.setdefault(var, str(subdir(folder)))
+    except OSError:  # an unwritable cache directory: the frameworks' own defaults
+        return {}
+    for var, value in JAX_CACHE_THRESHOLDS.items():
+        os.environ.setdefault(var, value)
+    jax = sys.modules.get("jax")
+    if jax is not None:  # imported already: its flags read the environment at import
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                          int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
+    return {k: os.environ[k] for k in (*COMPILE_CACHE_ENV, *JAX_CACHE_THRESHOLDS)}

@@ -55,3 +55,15 @@ def test_corrupt_and_unwritable_caches_are_not_fatal(cache_dir, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(blocker))  # a file where a folder should be
     cache.store("probe", 1)
     assert cache.memo("probe", lambda: 2) == 2
+
+
+def test_compile_caches_go_to_the_cache_dir_unless_the_user_set_them(cache_dir, monkeypatch):
+    for var in (*cache.COMPILE_CACHE_ENV, *cache.JAX_CACHE_THRESHOLDS):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    monkeypatch.delitem(__import__("sys").modules, "jax", raising=False)
+    settings = cache.enable_compile_caches()
+    assert settings["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"
+    assert settings["JAX_COMPILATION_CACHE_DIR"] == str(cache_dir / "jax")
+    assert (cache_dir / "jax").is_dir()
+    assert settings["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
