@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
+from suite import shard
+
 POINT_TIMEOUT_S = 1800.0  # one point, all its rounds: the largest CPU points take minutes
 # Sweep masks and the feature each needs of an implementation.
 MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
@@ -96,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=_words, action="extend",
                    help="device prefixes, e.g. cpu or cuda (default: the preset's)")
     p.add_argument("--grad", action="store_true", help="time forward + backward")
+    p.add_argument("--shard", type=shard.parse, default=None, metavar="I/N",
+                   help="run part I of N (1-based): one per machine or GPU, same install; "
+                        "the report merges the parts (see suite/shard.py)")
     p.add_argument("--out", default="mha-results", help="results directory")
     p.add_argument("--name", default=None, help="results file stem (default sweep-<preset>)")
     p.add_argument("--resume", action="store_true",
@@ -161,7 +166,8 @@ def point_problem(point: Dict[str, Any]):
 
 
 def results_path(args: argparse.Namespace) -> Path:
-    return Path(args.out) / f"{args.name or 'sweep-' + args.preset}.json"
+    part = f"-{args.shard[0]}of{args.shard[1]}" if getattr(args, "shard", None) else ""
+    return Path(args.out) / f"{args.name or 'sweep-' + args.preset}{part}.json"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.resume:
         out.unlink()  # a fresh sweep; --resume keeps finished points
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
-                memory_budget_gb=args.memory_budget, stop_after=args.stop_after)
+                memory_budget_gb=args.memory_budget, stop_after=args.stop_after,
+                shard=args.shard)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     t = spec["timing"]

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from suite import pytest_plugin, timing
+from suite import pytest_plugin, shard, timing
 
 SPEC = pytest.StashKey[dict]()
 STATE = pytest.StashKey[dict]()
@@ -73,8 +73,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     spec = _spec(config)
     params, ids = [], []
+    units = [(e.name, d) for e in pytest_plugin.selected_entries(config, available_only=True)
+             for d in e.impl.devices() if pytest_plugin.device_selected(config, d)
+             and any(d.startswith(p["device"]) for p in spec["points"])]
+    mine = shard.select(units, *spec["shard"]) if spec.get("shard") else set(units)
     for entry in pytest_plugin.selected_entries(config, available_only=True):
         for device in entry.impl.devices():
+            if (entry.name, device) not in mine:
+                continue
             for point in spec["points"]:
                 if not device.startswith(point["device"]):
                     continue
@@ -117,7 +123,7 @@ def _machine_info(config: pytest.Config, combos) -> Dict[str, Any]:
     config.stash[STATE]["peak_combos"] = combos
     facts.update(threads=config.stash[STATE]["threads"], matmul_peak_flops=peaks,
                  matmul_peak_runs=timing.combine_peaks(peaks, {})[1],
-                 preset=_spec(config).get("preset"))
+                 preset=_spec(config).get("preset"), shard=_spec(config).get("shard"))
     info["mha_suite"] = facts
     return info
 
