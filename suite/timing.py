@@ -10,7 +10,6 @@ import contextlib
 import os
 import sys
 import time
-import tracemalloc
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -184,13 +183,36 @@ def _reset_hwm() -> bool:
         return False
 
 
+# glibc mallopt parameters: large buffers mapped on allocation and unmapped on free, so a
+# buffer freed by one call leaves the RSS and the next call's peak shows again (by default
+# glibc raises its threshold after a free and keeps later buffers in the heap: torch.sdpa
+# then showed 4 KiB at L = 1024).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 128 * 1024
+RSS_METHOD = "rss_hwm_delta"  # every CPU framework: the same method, so comparable
+
+
+def fix_malloc_thresholds() -> bool:
+    """Pin glibc's mmap and trim thresholds (once per process); False where not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):  # not glibc: mallopt absent
+        return False
+
+
 @contextlib.contextmanager
 def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
     """Measure the peak bytes allocated inside the block; fills {'peak_bytes', 'peak_method'}.
 
-    CUDA: the torch allocator's max_memory_allocated (or JAX's peak_bytes_in_use);
-    NumPy: tracemalloc (NumPy reports its buffers to it); torch/JAX on CPU: the rise of
-    the process's peak RSS (VmHWM, reset before), which counts every allocator.
+    CPU, every framework: the rise of the process's peak RSS (VmHWM, reset before) above
+    its RSS at the start, which counts every allocator alike, with glibc's thresholds
+    pinned (``fix_malloc_thresholds``). CUDA, chosen at run time: the allocator's own
+    statistics (torch's max_memory_allocated, JAX's peak_bytes_in_use).
     """
     result: Dict[str, Any] = {"peak_bytes": None, "peak_method": "not measured"}
     torch = sys.modules.get("torch")
@@ -212,26 +234,12 @@ def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
             result.update(peak_bytes=int(stats["peak_bytes_in_use"] - base),
                           peak_method="jax_peak_bytes_in_use (not reset: upper bound)")
         return
-    if framework == "numpy":
-        tracing = tracemalloc.is_tracing()
-        if not tracing:
-            tracemalloc.start()
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        try:
-            yield result
-        finally:
-            peak = tracemalloc.get_traced_memory()[1]
-            if not tracing:
-                tracemalloc.stop()
-        result.update(peak_bytes=int(peak - base), peak_method="tracemalloc")
-        return
-    if _reset_hwm():
+    if device == "cpu" and _reset_hwm():
         base = _status_kb("VmRSS")
         yield result
         hwm = _status_kb("VmHWM")
         if base is not None and hwm is not None:
-            result.update(peak_bytes=max(0, (hwm - base) * 1024), peak_method="rss_hwm_delta")
+            result.update(peak_bytes=max(0, (hwm - base) * 1024), peak_method=RSS_METHOD)
         return
     yield result
 

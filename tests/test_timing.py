@@ -57,3 +57,31 @@ def test_numpy_peak_is_positive_and_unknown_frameworks_have_none():
 def test_timing_asks_jax_not_the_implementations_for_its_device():
     source = open(timing.__file__).read()
     assert "from implementations" not in source and "import implementations" not in source
+
+
+def _touch(n_bytes):
+    import numpy as np
+
+    a = np.ones(n_bytes // 8)  # written: every page resident
+    return float(a[-1])
+
+
+def test_cpu_memory_sees_a_buffer_again_after_an_equal_one_was_freed():
+    if not timing.fix_malloc_thresholds():
+        pytest.skip("not glibc: malloc thresholds cannot be pinned")
+    size = 16 * 2**20  # below glibc's largest dynamic mmap threshold (32 MiB)
+    _touch(size)  # freed: by default glibc would keep the next one in its heap
+    for _ in range(2):
+        with timing.peak_memory("numpy", "cpu") as mem:
+            _touch(size)
+        assert mem["peak_method"] == "rss_hwm_delta"
+        assert mem["peak_bytes"] >= 0.9 * size
+
+
+def test_every_cpu_framework_gets_the_same_memory_method():
+    methods = set()
+    for framework in ("numpy", "torch", "jax", "mine"):
+        with timing.peak_memory(framework, "cpu") as mem:
+            pass
+        methods.add(mem["peak_method"])
+    assert methods == {"rss_hwm_delta"}

@@ -58,6 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = _spec(config)
     prior = _prior(spec)
     done = {timing.point_key(b.get("extra_info", {})) for b in prior["benchmarks"]}
+    timing.fix_malloc_thresholds()  # before the points allocate: comparable CPU memory
     config.stash[STATE] = {"prior": prior, "done": done, "not_measured": [],
                            "machine_info": None, "commit_info": None, "count": 0,
                            "threads": timing.pin_threads(spec.get("threads")), "progress": None}
