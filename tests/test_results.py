@@ -141,3 +141,14 @@ def test_fit_exponent_groups_separately():
     fits = fit_exponent(df).set_index("mask")["exponent"]
     assert fits["none"] == pytest.approx(2.0, abs=0.15)
     assert fits["causal"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_fit_exponent_uses_the_fastest_round_when_files_have_it():
+    lengths = [128, 256, 512, 1024, 2048]
+    clean = _synthetic(2.0, lengths, noise=0.0)
+    contended = clean.assign(min_s=clean["median_s"],
+                             median_s=clean["median_s"] * [1, 5, 1, 3, 1])  # others' work
+    fit = fit_exponent(contended).iloc[0]
+    assert fit["exponent"] == pytest.approx(2.0, abs=1e-6)
+    assert fit_exponent(contended.drop(columns="min_s")).iloc[0]["exponent"] != \
+        pytest.approx(2.0, abs=0.05)
