@@ -15,9 +15,10 @@ import platform
 import re
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, TypeVar
+
+from suite.environment import library_versions
 
 CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
 # The libraries whose versions decide what a probe finds.
@@ -51,12 +52,7 @@ def subdir(name: str) -> Path:
 def fingerprint() -> Dict[str, Optional[str]]:
     """What a cached probe or description depends on: library versions, Python, the
     machine, the visible GPUs and the suite's own sources."""
-    key: Dict[str, Optional[str]] = {}
-    for name in KEY_LIBRARIES:
-        try:
-            key[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            key[name] = None
+    key = library_versions(KEY_LIBRARIES)
     key.update(python=platform.python_version(), machine=platform.machine(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
