@@ -21,6 +21,8 @@ from implementations.torch_common import TorchCore, TorchMask, masked_softmax, z
 from implementations.torch_eager import TorchEager
 from suite import cache
 
+cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
+
 
 class TorchCompiled(TorchEager):
     """``torch.compile`` of torch.eager's attention core (inductor; shapes turn dynamic

@@ -113,8 +113,8 @@ def memo(name: str, compute: Callable[[], T]) -> T:
 
 # Compile caches: inductor's FX graph cache (on by default, but in /tmp) and JAX's
 # persistent compilation cache (off by default), both in the user's cache directory.
-# Set as environment defaults, read when each framework first needs them; a user's own
-# setting wins. JAX writes every entry: attention compiles on the CPU in well under the
+# Set as environment defaults by the plugins that compile, when they are imported; a
+# user's own setting wins. JAX writes every entry: attention compiles on the CPU in well under the
 # default 1 s threshold.
 COMPILE_CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",

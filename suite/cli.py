@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from suite import cache, registry
+from suite import registry
 from suite.problem import InputError
 
 CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
@@ -179,7 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    cache.enable_compile_caches()  # before any plugin compiles: compile once, not per run
     try:
         return int(args.func(args) or 0)
     except (CLIError, InputError, registry.PluginError, registry.UnknownImplementation,

@@ -11,7 +11,6 @@ from typing import List
 
 import pytest
 
-from suite import cache as _cache
 from suite import registry as _registry
 
 
@@ -62,5 +61,4 @@ def dtype_selected(config: pytest.Config, dtype: str) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _cache.enable_compile_caches()  # before any plugin compiles: compile once, not per run
     config.addinivalue_line("markers", "mha_impl(name): the implementation a test runs")
