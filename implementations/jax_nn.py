@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from implementations.jax_common import JaxCore, gpu_count
+from suite import cache
 from suite.plugin import Deviation
 
 
@@ -59,10 +60,15 @@ class JaxNNCudnn(JaxNN):
         return ("float16", "bfloat16")
 
 
-@functools.cache
 def _usable(device: str, dtype: str, implementation) -> bool:
     """Whether a tiny call runs in this dtype (float16 does not on the CPU: XLA has no
-    F16_F16_F32 dot there, measured with jax 0.10)."""
+    F16_F16_F32 dot there, measured with jax 0.10); probed once per process and cached on
+    disk per library versions."""
+    return cache.memo(f"jax.nn dtype:{device}:{dtype}:{implementation}",
+                      functools.partial(_probe_dtype, device, dtype, implementation))
+
+
+def _probe_dtype(device: str, dtype: str, implementation) -> bool:
     from implementations.jax_common import JAX_DTYPES, jax_device
 
     try:

@@ -10,6 +10,7 @@ dropped is kept in ``DROPPED``.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -18,7 +19,10 @@ import torch
 
 from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
 from implementations.torch_eager import TorchEager
+from suite import cache
 from suite.plugin import Deviation
+
+cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
 
 
 class TorchCompiled(TorchEager):
@@ -173,9 +177,9 @@ def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:
     return time.perf_counter() - start
 
 
+PROBE_PREFIX = "torch.compile probe:"  # suite.cache names: prefix + variant name
 # name -> why that variant is not registered here (filled by ``variants()``).
 DROPPED: Dict[str, str] = {}
-_PROBED: Dict[str, Optional[str]] = {}
 
 
 def _probe(cls: type) -> Optional[str]:
@@ -193,7 +197,8 @@ def _probe(cls: type) -> Optional[str]:
 
 
 def variants() -> List[type]:
-    """The compiled variants whose probe compiles and runs here (probed once per process)."""
+    """The compiled variants whose probe compiles and runs here (probed once per process
+    and cached on disk per library versions: a probe compiles for seconds)."""
     candidates: List[type] = [TorchCompiled]
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
@@ -202,10 +207,9 @@ def variants() -> List[type]:
         DROPPED[TorchFlex.name] = f"torch.nn.attention.flex_attention is missing: {exc}"
     out = []
     for cls in candidates:
-        if cls.name not in _PROBED:
-            _PROBED[cls.name] = _probe(cls)
-        if _PROBED[cls.name] is None:
+        why = cache.memo(f"{PROBE_PREFIX}{cls.name}", functools.partial(_probe, cls))
+        if why is None:
             out.append(cls)
         else:
-            DROPPED[cls.name] = _PROBED[cls.name]
+            DROPPED[cls.name] = why
     return out

@@ -9,12 +9,13 @@ with only the devices and mask kinds that backend accepts.
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import TorchCore, TorchMask, cuda_available
+from suite import cache
 from suite.plugin import Deviation
 
 
@@ -97,13 +98,14 @@ def _probe(backend, device: str, dtype: torch.dtype, masked: bool) -> bool:
         return False
 
 
-def backend_variants() -> List[type]:
-    """One class per SDPA backend that works on some device here."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def _probe_backends() -> Dict[str, Dict[str, Any]]:
+    """Per SDPA backend that works on some device here: its dtypes per device and whether
+    it takes a float mask."""
+    from torch.nn.attention import SDPBackend
 
     devices = ["cpu"] + ([f"cuda:{i}" for i in range(torch.cuda.device_count())]
                          if cuda_available() else [])
-    out = []
+    found: Dict[str, Dict[str, Any]] = {}
     for short, attr in BACKENDS.items():
         backend = getattr(SDPBackend, attr, None)
         if backend is None:
@@ -118,12 +120,23 @@ def backend_variants() -> List[type]:
                 dtypes[dev] = ok
                 masked_ok &= _probe(backend, dev, torch.float32 if "float32" in ok
                                     else torch.float16, masked=True)
-        if not dtypes:
-            continue
+        if dtypes:
+            found[short] = {"dtypes": dtypes, "masked": masked_ok}
+    return found
+
+
+def backend_variants() -> List[type]:
+    """One class per SDPA backend that works on some device here (probed once per process
+    and cached on disk per library versions)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = []
+    for short, found in cache.memo("torch.sdpa backends", _probe_backends).items():
         features = TorchSDPA.features - {"grad"} | ({"grad"} if short != "cudnn" else set())
-        if not masked_ok:
+        if not found["masked"]:
             features = features - MASKED
-        out.append(_variant(short, backend, dtypes, frozenset(features), sdpa_kernel))
+        out.append(_variant(short, getattr(SDPBackend, BACKENDS[short]), found["dtypes"],
+                            frozenset(features), sdpa_kernel))
     return out
 
 

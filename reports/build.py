@@ -63,11 +63,23 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
     return ctx
 
 
+MEMORY_METHODS = {  # peak_method -> what it measures, said once in the report
+    "rss_hwm_delta": "on the CPU, every framework alike: the rise of the process's peak RSS "
+                     "during the call above its RSS before it",
+    "cuda_max_memory_allocated": "on CUDA with torch: the allocator's max_memory_allocated "
+                                 "above its level before the call",
+}
+
+
 def _memory_methods(ok: pd.DataFrame) -> str:
+    """Each method used, said once; a method without a sentence names its implementations."""
     if ok.empty:
         return ""
-    pairs = ok.groupby("impl")["peak_method"].agg(lambda s: ", ".join(sorted(set(map(str, s)))))
-    return "; ".join(f"{impl}: {method}" for impl, method in pairs.items())
+    parts = []
+    for method, impls in ok.groupby("peak_method")["impl"]:
+        known = MEMORY_METHODS.get(str(method))
+        parts.append(known or f"{method} ({', '.join(sorted(set(map(str, impls))))})")
+    return "; ".join(parts)
 
 
 def render(ctx: Dict[str, Any]) -> str:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-from reports.build import build_report
+from typing import Any
 
 __all__ = ["add_arguments", "run", "build_report"]
+
+
+def build_report(*args: Any, **kwargs: Any) -> Path:
+    """``reports.build.build_report``, imported on use: pandas and seaborn take seconds,
+    and every ``mha-suite`` command builds this parser."""
+    from reports.build import build_report as build
+
+    return build(*args, **kwargs)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _registry(args: argparse.Namespace, patterns_required: bool = True) -> registry.Registry:
     try:
-        reg = registry.build(plugins=args.plugin)
+        reg = registry.shared(args.plugin)
         if patterns_required:
             reg.select(args.impl or None, available_only=False)  # unknown names fail here
         return reg
@@ -44,17 +44,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     entries = reg.select(args.impl or None, available_only=False)
     width = max(len(e.name) for e in entries)
     for e in entries:
-        if not e.available:
+        d = e.description  # from the cache when fresh: no framework imported
+        if d is None:
             print(f"{e.name.ljust(width)}  unavailable: {e.error}")
             continue
-        impl = e.impl
-        devices = impl.devices()
-        dtypes = ",".join(impl.dtypes(devices[0])) if devices else "-"
-        features = ",".join(sorted(impl.features)) or "-"
-        line = (f"{e.name.ljust(width)}  {impl.framework} {impl.framework_version()}  "
+        devices = d.devices
+        dtypes = ",".join(d.dtypes[devices[0]]) if devices else "-"
+        features = ",".join(d.features) or "-"
+        line = (f"{e.name.ljust(width)}  {d.framework} {d.framework_version}  "
                 f"devices={','.join(devices) or 'none'}  dtypes={dtypes}  features={features}")
-        if impl.deviations:
-            line += f"  deviations={','.join(sorted(impl.deviations))}"
+        if d.deviations:
+            line += f"  deviations={','.join(sorted(d.deviations))}"
         if e.source != "builtin":
             line += f"  ({e.source})"
         print(line)

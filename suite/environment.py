@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
-from typing import Dict, Optional
+from typing import Dict, Iterable, Optional
 
 LIBRARIES = ("mha-suite", "numpy", "torch", "jax", "jaxlib", "pytest-benchmark", "pandas",
              "seaborn", "matplotlib", "threadpoolctl")
@@ -21,10 +21,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def library_versions() -> Dict[str, Optional[str]]:
+def library_versions(names: Iterable[str] = LIBRARIES) -> Dict[str, Optional[str]]:
     """Installed versions (None when absent), read from metadata: nothing is imported."""
     out: Dict[str, Optional[str]] = {}
-    for name in LIBRARIES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

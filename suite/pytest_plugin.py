@@ -43,16 +43,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write conformance outcomes (err, baseline err, ratio) to PATH")
 
 
-_CACHE: dict = {}
-
-
 def session_registry(config: pytest.Config) -> _registry.Registry:
-    """The registry for this session, built once from --plugin and the environment."""
-    key = id(config)
-    if key not in _CACHE:
-        _CACHE.clear()
-        _CACHE[key] = _registry.build(plugins=config.getoption("--plugin") or [])
-    return _CACHE[key]
+    """The registry for this session: the process's, for --plugin and the environment
+    (the CLI that started an in-process session has built it already)."""
+    return _registry.shared(config.getoption("--plugin") or [])
 
 
 def selected_entries(config: pytest.Config, available_only: bool = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -19,8 +20,9 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from suite import cache
 from suite.plugin import Implementation, Unavailable, check_interface
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
@@ -48,6 +50,9 @@ INSTALL_HINTS = {
 }
 
 
+DESCRIPTIONS_CACHE = "builtins"  # suite.cache name of the built-ins' descriptions
+
+
 class UnknownImplementation(LookupError):
     """A name or pattern that matches no registered implementation."""
 
@@ -56,18 +61,64 @@ class PluginError(ValueError):
     """A --plugin spec that cannot be loaded (missing file, bad module, not a class)."""
 
 
-@dataclasses.dataclass
-class Entry:
-    """One registered name: its instance when usable, else why not."""
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What ``mha-suite list`` shows of an available implementation (JSON-friendly)."""
 
-    name: str
-    source: str  # "builtin", "entry point <dist>", "plugin <spec>"
-    impl: Optional[Implementation] = None
-    error: Optional[str] = None
+    framework: str
+    framework_version: str
+    devices: List[str]
+    dtypes: Dict[str, List[str]]  # device -> dtypes
+    features: List[str]
+    deviations: Dict[str, str]
+
+    @classmethod
+    def of(cls, impl: Implementation) -> Description:
+        devices = list(impl.devices())
+        return cls(impl.framework, impl.framework_version(), devices,
+                   {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
+                   dict(impl.deviations))
+
+
+class Entry:
+    """One registered name: its instance when usable, else why not.
+
+    A built-in described from the cache is loaded (its framework imported, the class
+    constructed) on the first access to ``impl`` or ``available``; ``description`` and
+    ``error`` never load it.
+    """
+
+    def __init__(self, name: str, source: str, impl: Optional[Implementation] = None,
+                 error: Optional[str] = None, *,
+                 loader: Optional[Callable[[], Implementation]] = None,
+                 description: Optional[Description] = None) -> None:
+        self.name, self.source, self.error = name, source, error
+        self._impl, self._loader, self._description = impl, loader, description
+
+    @property
+    def impl(self) -> Optional[Implementation]:
+        if self._loader is not None:
+            loader, self._loader = self._loader, None
+            try:
+                self._impl = loader()
+            except Exception as exc:  # a plugin that fails to load is listed, not fatal
+                self._impl, self._description, self.error = None, None, _describe(exc)
+        return self._impl
 
     @property
     def available(self) -> bool:
         return self.impl is not None
+
+    @property
+    def description(self) -> Optional[Description]:
+        """The cached description, else the loaded instance's; None when unavailable."""
+        if self._description is None and self._loader is None and self._impl is not None:
+            self._description = Description.of(self._impl)
+        return self._description
+
+    def __repr__(self) -> str:
+        state = "not loaded" if self._loader else ("available" if self._impl else self.error)
+        return f"Entry({self.name!r}, {self.source!r}, {state})"
 
 
 def _describe(exc: BaseException) -> str:
@@ -139,6 +190,32 @@ def _classes_in(obj: object) -> List[type]:
     raise PluginError(f"expected a class, a module or a list of classes, got {type(obj).__name__}")
 
 
+_FAMILIES: Dict[str, List[type]] = {}
+
+
+def _family(spec: str) -> List[type]:
+    """The classes a family function returns, called once per process."""
+    if spec not in _FAMILIES:
+        _FAMILIES[spec] = _classes_in(_load_object(spec))
+    return _FAMILIES[spec]
+
+
+def _load_builtin(spec: str, name: str) -> Implementation:
+    """Import and construct one built-in described from the cache."""
+    classes = _family(spec) if spec in BUILTIN_FAMILIES.values() else [_load_object(spec)]
+    for cls in classes:
+        if getattr(cls, "name", None) == name:
+            check_interface(cls)
+            return cls()
+    raise Unavailable(f"{spec} no longer provides {name!r}")
+
+
+def _builtin_record(e: Entry, spec: str) -> Dict[str, Any]:
+    desc = e.description
+    return {"name": e.name, "spec": spec, "error": e.error,
+            "description": dataclasses.asdict(desc) if desc is not None else None}
+
+
 class Registry:
     """A private dict of entries behind a read-only view."""
 
@@ -176,7 +253,33 @@ class Registry:
         return [self.register(c, f"plugin {spec}", clobber=clobber) for c in classes]
 
     def load_builtins(self) -> None:
+        """The built-ins, described from the cache without importing their frameworks when
+        it is fresh; else loaded now (frameworks imported, probes run) and the cache written."""
+        cached = cache.load(DESCRIPTIONS_CACHE)
+        if isinstance(cached, list):
+            try:
+                self._describe_builtins(cached)
+                return
+            except (KeyError, TypeError, ValueError):  # an unreadable cache: load them all
+                self._entries = {n: e for n, e in self._entries.items() if e.source != "builtin"}
+        specs = self._load_builtins_now()
+        cache.store(DESCRIPTIONS_CACHE, [_builtin_record(self._entries[n], spec)
+                                         for n, spec in specs.items()])
+
+    def _describe_builtins(self, records: List[Dict[str, Any]]) -> None:
+        for r in records:
+            loader = None
+            if r["description"] is not None:
+                loader = functools.partial(_load_builtin, r["spec"], r["name"])
+            desc = Description(**r["description"]) if r["description"] is not None else None
+            self._entries[r["name"]] = Entry(r["name"], "builtin", error=r["error"],
+                                             loader=loader, description=desc)
+
+    def _load_builtins_now(self) -> Dict[str, str]:
+        """Import and construct every built-in; returns name -> the spec that defines it."""
+        specs: Dict[str, str] = {}
         for name, spec in BUILTINS.items():
+            specs[name] = spec
             try:
                 cls = _load_object(spec)
             except PluginError as exc:
@@ -186,16 +289,19 @@ class Registry:
             self.register(cls, "builtin")
         for pattern, spec in BUILTIN_FAMILIES.items():
             try:
-                for cls in _classes_in(_load_object(spec)):
-                    self.register(cls, "builtin")
+                for cls in _family(spec):
+                    specs[self.register(cls, "builtin").name] = spec
                 # A family may say which variants it left out here, and why.
                 dropped = getattr(sys.modules.get(spec.split(":")[0]), "DROPPED", {})
                 for name, why in dropped.items():
                     if name not in self._entries:
                         self.record_error(name, "builtin", why)
+                        specs[name] = spec
             except Exception as exc:
                 cause = exc.__cause__ or exc.__context__
                 self.record_error(pattern, "builtin", _describe(cause) if cause else str(exc))
+                specs[pattern] = spec
+        return specs
 
     def load_entry_points(self) -> None:
         from importlib.metadata import entry_points
@@ -222,7 +328,7 @@ class Registry:
                     f"unknown implementation {pattern!r}; known: {known}")
             for e in hits:
                 chosen[e.name] = e
-        return [e for e in chosen.values() if e.available or not available_only]
+        return [e for e in chosen.values() if not available_only or e.available]
 
 
 def build(plugins: Iterable[str] = (), builtins: bool = True, entry_points: bool = True,
@@ -238,6 +344,18 @@ def build(plugins: Iterable[str] = (), builtins: bool = True, entry_points: bool
     for spec in [*specs, *plugins]:
         reg.load_spec(spec)
     return reg
+
+
+_SHARED: Dict[Tuple[Tuple[str, ...], str], Registry] = {}
+
+
+def shared(plugins: Iterable[str] = ()) -> Registry:
+    """This process's registry for these --plugin specs and $MHA_SUITE_PLUGINS: one build
+    per command, however many parts (CLI, pytest sessions, sweep) ask for it."""
+    key = (tuple(plugins), os.environ.get(PLUGINS_ENV, ""))
+    if key not in _SHARED:
+        _SHARED[key] = build(plugins=key[0])
+    return _SHARED[key]
 
 
 def is_plugin_class(obj: object) -> bool:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import sys
 import time
-import tracemalloc
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -72,24 +70,46 @@ def machine_facts() -> Dict[str, Any]:
 
 
 # --- matmul peak ---------------------------------------------------------------------------
-def _median_seconds(fn: Callable[[], Any], sync: Callable[[Any], Any], repeats: int = 5) -> float:
-    sync(fn())  # warm up
-    times = []
-    for _ in range(repeats):
+PEAK_MIN_TOTAL_S = 1.0  # a peak is the best of repeated products totalling at least this
+
+
+def _best_seconds(fn: Callable[[], Any], sync: Callable[[Any], Any],
+                  min_total_s: float = PEAK_MIN_TOTAL_S, min_repeats: int = 3) -> float:
+    """Fastest of repeated calls, after a warm-up, until they total ``min_total_s``.
+
+    The best, not the median: on a shared CPU the other work only ever slows a call down,
+    so the fastest call is the one closest to what the hardware does.
+    """
+    sync(fn())  # warm up (first-call allocation, JIT, BLAS thread start)
+    times: List[float] = []
+    while len(times) < min_repeats or sum(times) < min_total_s:
         start = time.perf_counter()
         sync(fn())
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
-def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048) -> Optional[float]:
-    """Measured FLOP/s of an n x n x n matmul in ``framework`` (median of 5), or None."""
+def _jax_device(device: str):
+    """'cpu' or 'cuda[:i]' -> the jax device, asked of JAX itself."""
+    import jax
+
+    if device == "cpu":
+        return jax.devices("cpu")[0]
+    if device.startswith("cuda"):
+        return jax.devices("gpu")[int(device.partition(":")[2] or 0)]
+    raise ValueError(f"device: expected 'cpu' or 'cuda:i', got {device!r}")
+
+
+def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048,
+                min_total_s: float = PEAK_MIN_TOTAL_S) -> Optional[float]:
+    """Measured FLOP/s of an n x n x n matmul in ``framework``: the best of repeated
+    products totalling at least ``min_total_s``; None where it cannot run here."""
     try:
         if framework == "numpy":
             if dtype not in ("float32", "float64", "float16"):
                 return None
             a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-            seconds = _median_seconds(lambda: a @ a, lambda x: x)
+            seconds = _best_seconds(lambda: a @ a, lambda x: x, min_total_s)
         elif framework == "torch":
             import torch
 
@@ -97,21 +117,48 @@ def matmul_peak(framework: str, device: str, dtype: str, n: int = 2048) -> Optio
             a = torch.randn(n, n, device=device).to(t)
             sync = (lambda x: torch.cuda.synchronize(device)) if device.startswith("cuda") \
                 else (lambda x: x)
-            seconds = _median_seconds(lambda: a @ a, sync)
+            seconds = _best_seconds(lambda: a @ a, sync, min_total_s)
         elif framework == "jax":
             import jax
             import jax.numpy as jnp
 
-            from implementations.jax_common import jax_device
-
-            a = jax.device_put(jnp.ones((n, n), getattr(jnp, dtype)), jax_device(device))
+            a = jax.device_put(jnp.ones((n, n), getattr(jnp, dtype)), _jax_device(device))
             mm = jax.jit(lambda x: x @ x)
-            seconds = _median_seconds(lambda: mm(a), jax.block_until_ready)
+            seconds = _best_seconds(lambda: mm(a), jax.block_until_ready, min_total_s)
         else:
             return None
     except Exception:  # a framework that cannot do this dtype here: no peak, not a crash
         return None
     return 2.0 * n ** 3 / seconds
+
+
+def peak_key(framework: str, device: str, dtype: str) -> str:
+    return f"{framework}:{device}:{dtype}"
+
+
+def matmul_peaks(combos: Iterable[Tuple[str, str, str]]) -> Dict[str, float]:
+    """{'framework:device:dtype': FLOP/s} for each (framework, device, dtype) measurable."""
+    out = {}
+    for framework, device, dtype in sorted(set(combos)):
+        peak = matmul_peak(framework, device, dtype)
+        if peak is not None:
+            out[peak_key(framework, device, dtype)] = peak
+    return out
+
+
+def combine_peaks(before: Dict[str, float], after: Dict[str, float]
+                  ) -> Tuple[Dict[str, float], Dict[str, Dict[str, Optional[float]]]]:
+    """The peaks a share is computed from (the higher of before and after the points) and
+    both measurements with their spread, |before - after| / higher."""
+    higher: Dict[str, float] = {}
+    runs: Dict[str, Dict[str, Optional[float]]] = {}
+    for key in sorted(set(before) | set(after)):
+        b, a = before.get(key), after.get(key)
+        best = max(v for v in (b, a) if v is not None)
+        higher[key] = best
+        spread = abs(b - a) / best if b is not None and a is not None else None
+        runs[key] = {"before": b, "after": a, "spread": spread}
+    return higher, runs
 
 
 # --- peak memory ---------------------------------------------------------------------------
@@ -136,13 +183,36 @@ def _reset_hwm() -> bool:
         return False
 
 
+# glibc mallopt parameters: large buffers mapped on allocation and unmapped on free, so a
+# buffer freed by one call leaves the RSS and the next call's peak shows again (by default
+# glibc raises its threshold after a free and keeps later buffers in the heap: torch.sdpa
+# then showed 4 KiB at L = 1024).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 128 * 1024
+RSS_METHOD = "rss_hwm_delta"  # every CPU framework: the same method, so comparable
+
+
+def fix_malloc_thresholds() -> bool:
+    """Pin glibc's mmap and trim thresholds (once per process); False where not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):  # not glibc: mallopt absent
+        return False
+
+
 @contextlib.contextmanager
 def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
     """Measure the peak bytes allocated inside the block; fills {'peak_bytes', 'peak_method'}.
 
-    CUDA: the torch allocator's max_memory_allocated (or JAX's peak_bytes_in_use);
-    NumPy: tracemalloc (NumPy reports its buffers to it); torch/JAX on CPU: the rise of
-    the process's peak RSS (VmHWM, reset before), which counts every allocator.
+    CPU, every framework: the rise of the process's peak RSS (VmHWM, reset before) above
+    its RSS at the start, which counts every allocator alike, with glibc's thresholds
+    pinned (``fix_malloc_thresholds``). CUDA, chosen at run time: the allocator's own
+    statistics (torch's max_memory_allocated, JAX's peak_bytes_in_use).
     """
     result: Dict[str, Any] = {"peak_bytes": None, "peak_method": "not measured"}
     torch = sys.modules.get("torch")
@@ -156,39 +226,20 @@ def peak_memory(framework: str, device: str) -> Iterator[Dict[str, Any]]:
                       peak_method="cuda_max_memory_allocated")
         return
     if device.startswith("cuda") and framework == "jax":
-        import jax
-
-        from implementations.jax_common import jax_device
-
-        stats = jax_device(device).memory_stats() or {}
+        stats = _jax_device(device).memory_stats() or {}
         base = stats.get("bytes_in_use", 0)
         yield result
-        stats = jax_device(device).memory_stats() or {}
+        stats = _jax_device(device).memory_stats() or {}
         if "peak_bytes_in_use" in stats:
             result.update(peak_bytes=int(stats["peak_bytes_in_use"] - base),
                           peak_method="jax_peak_bytes_in_use (not reset: upper bound)")
-        _ = jax
         return
-    if framework == "numpy":
-        tracing = tracemalloc.is_tracing()
-        if not tracing:
-            tracemalloc.start()
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        try:
-            yield result
-        finally:
-            peak = tracemalloc.get_traced_memory()[1]
-            if not tracing:
-                tracemalloc.stop()
-        result.update(peak_bytes=int(peak - base), peak_method="tracemalloc")
-        return
-    if _reset_hwm():
+    if device == "cpu" and _reset_hwm():
         base = _status_kb("VmRSS")
         yield result
         hwm = _status_kb("VmHWM")
         if base is not None and hwm is not None:
-            result.update(peak_bytes=max(0, (hwm - base) * 1024), peak_method="rss_hwm_delta")
+            result.update(peak_bytes=max(0, (hwm - base) * 1024), peak_method=RSS_METHOD)
         return
     yield result
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from suite import registry
+from suite import cache, registry
 from suite.plugin import Implementation
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, ROOT
 
 
 def test_builtin_numpy_is_available():
@@ -104,11 +108,65 @@ def test_entry_point_group(monkeypatch):
     assert reg.entries["bug.no_scale"].source.startswith("entry point")
 
 
-def test_a_compiled_variant_that_fails_its_probe_is_listed_with_the_reason(monkeypatch):
+def test_a_compiled_variant_that_fails_its_probe_is_listed_with_the_reason(monkeypatch, tmp_path):
     tc = pytest.importorskip("implementations.torch_compiled")
-    monkeypatch.setitem(tc._PROBED, "torch.flex", "InductorError: CppCompileError (planted)")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))  # nothing described yet: load them
+    monkeypatch.setitem(cache._MEMORY, tc.PROBE_PREFIX + "torch.flex",
+                        "InductorError: CppCompileError (planted)")
     monkeypatch.setattr(tc, "DROPPED", {})
+    monkeypatch.setattr(registry, "_FAMILIES", {})
     entries = registry.build(entry_points=False).entries
     assert not entries["torch.flex"].available
     assert entries["torch.flex"].error == "InductorError: CppCompileError (planted)"
     assert entries["torch.compile"].available
+
+
+def _no_builtins_loaded_list(env) -> str:
+    """What `mha-suite list` prints, run in a fresh process that then reports which
+    framework modules it imported."""
+    code = ("import sys; from suite import cli; cli.main(['list']); "
+            "print('IMPORTED', sorted(m for m in ('torch', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_list_describes_builtins_from_the_cache_without_importing_frameworks(tmp_path):
+    env = {**os.environ, cache.CACHE_ENV: str(tmp_path)}
+    env.pop(registry.PLUGINS_ENV, None)
+    first = _no_builtins_loaded_list(env)  # loads every built-in and writes the cache
+    second = _no_builtins_loaded_list(env)
+    assert (tmp_path / "probes" / "builtins.json").is_file()
+    assert second.splitlines()[:-1] == first.splitlines()[:-1]
+    assert second.splitlines()[-1] == "IMPORTED []"
+
+
+def test_a_described_builtin_loads_on_first_use(monkeypatch, tmp_path):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    registry.build(entry_points=False, env={})  # writes the descriptions
+    entry = registry.build(entry_points=False, env={}).entries["numpy.flash"]
+    assert "not loaded" in repr(entry)
+    assert entry.description.framework == "numpy"
+    assert "not loaded" in repr(entry)  # a description does not load it
+    assert entry.available and entry.impl.name == "numpy.flash"
+    assert entry.description == registry.Description.of(entry.impl)
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"key": {"numpy": "0.0"}, "value": []}',
+                                     '["a list"]', '{"key": null}'])
+def test_a_corrupt_or_stale_descriptions_cache_is_ignored(monkeypatch, tmp_path, content):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    path = tmp_path / "probes" / "builtins.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    reg = registry.build(entry_points=False, env={})
+    assert reg.entries["numpy"].available
+    assert cache.load(registry.DESCRIPTIONS_CACHE) is not None  # rewritten, fresh
+
+
+def test_one_registry_per_command(monkeypatch):
+    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+    monkeypatch.setattr(registry, "_SHARED", {})
+    assert registry.shared([]) is registry.shared(())
+    assert registry.shared([str(PLUGINS / "broken.py")]) is not registry.shared([])

@@ -146,7 +146,8 @@ def test_conformance_only_and_real_runs(tmp_path):
 def test_several_machines_are_a_dimension(full):
     exps = full.find(id="scaling").find("table")
     machines = {tr.find("td").get_text(strip=True) for tr in exps.find_all("tr")[1:]}
-    assert machines == {"vm", "gpu-box", "laptop"}
+    # laptop's sweep has three lengths: too few for the three-term cost model and an interval
+    assert machines == {"vm", "gpu-box"}
 
 
 def test_cli_writes_the_report_and_reports_errors(cli, tmp_path):

@@ -46,7 +46,7 @@ def test_points_record_flops_and_memory(tmp_path):
         x = b["extra_info"]
         assert x["flops"] == flops(1, 1, 1, x["Lq"], x["Lk"], 8, 8, False)["flops"]
         assert x["flops_per_s"] == pytest.approx(x["flops"] / b["stats"]["median"])
-        assert x["peak_method"] == "tracemalloc" and x["peak_bytes"] > 0
+        assert x["peak_method"] == "rss_hwm_delta" and x["peak_bytes"] >= 0
     facts = doc["machine_info"]["mha_suite"]
     assert facts["matmul_peak_flops"]["numpy:cpu:float32"] > 0
     assert facts["threads"]["requested"] >= 1

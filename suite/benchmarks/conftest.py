@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from suite import pytest_plugin, records, timing
+from suite import pytest_plugin, records, shard, timing
 from suite.pytest_plugin import Timeout
 
 SPEC = pytest.StashKey[dict]()
@@ -46,6 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--sweep-spec") is None and not _is_sweep_run(config):
         return
     spec = _spec(config)
+    timing.fix_malloc_thresholds()  # before the points allocate: comparable CPU memory
     done = records.measured_keys(spec["out"]) if spec.get("resume") else set()
     config.stash[STATE] = {"done": done, "points": [], "not_measured": [], "run_info": None,
                            "count": 0, "saved": 0, "interrupted": False,
@@ -62,8 +63,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     spec = _spec(config)
     params, ids = [], []
+    units = [(e.name, d) for e in pytest_plugin.selected_entries(config, available_only=True)
+             for d in e.impl.devices() if pytest_plugin.device_selected(config, d)
+             and any(d.startswith(p["device"]) for p in spec["points"])]
+    mine = shard.select(units, *spec["shard"]) if spec.get("shard") else set(units)
     for entry in pytest_plugin.selected_entries(config, available_only=True):
         for device in entry.impl.devices():
+            if (entry.name, device) not in mine:
+                continue
             for point in spec["points"]:
                 if not device.startswith(point["device"]):
                     continue
@@ -101,18 +108,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    """The sweep's own facts: pinned threads, preset, and the matmul peak of every
-    framework:device:dtype it times (measured before any point)."""
+    """The sweep's own facts: pinned threads, preset, shard, and the matmul peak of every
+    framework:device:dtype it times (measured before the points, and again after them in
+    pytest_sessionfinish; the share of peak uses the higher)."""
     state = config.stash.get(STATE, None)
     if state is None:
         return
-    peaks = {}
-    for framework, device, dtype in sorted(state.get("combos", ())):
-        peak = timing.matmul_peak(framework, device, dtype)
-        if peak is not None:
-            peaks[f"{framework}:{device}:{dtype}"] = peak
+    combos = sorted(state.get("combos", ()))
+    peaks = timing.matmul_peaks(combos)
+    state["peak_combos"] = combos
     machine_info.setdefault("mha_suite", {}).update(
-        threads=state["threads"], matmul_peak_flops=peaks, preset=_spec(config).get("preset"))
+        threads=state["threads"], matmul_peak_flops=peaks,
+        matmul_peak_runs=timing.combine_peaks(peaks, {})[1],
+        preset=_spec(config).get("preset"), shard=_spec(config).get("shard"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -154,6 +162,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None:
         return
+    facts = ((state["run_info"] or {}).get("machine_info") or {}).get("mha_suite")
+    if facts and state["count"]:  # the peak again, after the points: both are kept
+        before = {k: v["before"] for k, v in facts["matmul_peak_runs"].items()
+                  if v["before"] is not None}
+        after = timing.matmul_peaks(state.get("peak_combos", ()))
+        facts["matmul_peak_flops"], facts["matmul_peak_runs"] = timing.combine_peaks(before, after)
     save(session.config)
     if state["progress"] is not None:
         state["progress"].stop()

@@ -1,0 +1,146 @@
+"""The user's cache directory: probe results and built-in descriptions on disk, keyed by
+library versions, and the folders the compile caches (inductor, JAX) write into.
+
+Everything here is an optimisation: an unreadable, corrupt or stale entry is recomputed,
+an unwritable directory is ignored, and nothing imports a framework.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, TypeVar
+
+from suite.environment import library_versions
+
+CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
+# The libraries whose versions decide what a probe finds.
+KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib")
+# Source folders whose content decides what a built-in declares (features, deviations).
+_SOURCE_PACKAGES = ("implementations", "suite")
+
+T = TypeVar("T")
+_MISSING = object()
+_MEMORY: Dict[str, Any] = {}  # name -> value, this process
+
+
+def cache_dir() -> Path:
+    """$MHA_SUITE_CACHE_DIR, else the platform's user cache dir (~/.cache/mha-suite)."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("mha-suite", appauthor=False))
+
+
+def subdir(name: str) -> Path:
+    """A folder in the cache directory (created; for the compile caches)."""
+    path = cache_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def fingerprint() -> Dict[str, Optional[str]]:
+    """What a cached probe or description depends on: library versions, Python, the
+    machine, the visible GPUs and the suite's own sources."""
+    key = library_versions(KEY_LIBRARIES)
+    key.update(python=platform.python_version(), machine=platform.machine(),
+               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+               nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
+               sources=_sources_digest())
+    return key
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for package in _SOURCE_PACKAGES:
+        for path in sorted((root / package).glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _path(name: str) -> Path:
+    return cache_dir() / "probes" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".json")
+
+
+def load(name: str, default: Any = None) -> Any:
+    """The value stored under ``name`` for this fingerprint, else ``default`` (missing,
+    stale or corrupt: all mean "compute it again")."""
+    try:
+        doc = json.loads(_path(name).read_text())
+    except (OSError, ValueError):
+        return default
+    if not isinstance(doc, dict) or doc.get("key") != fingerprint() or "value" not in doc:
+        return default
+    return doc["value"]
+
+
+def store(name: str, value: Any) -> None:
+    """Write ``value`` (JSON) under ``name`` atomically; a failure to write is ignored."""
+    path = _path(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
+                                         delete=False) as f:
+            json.dump({"key": fingerprint(), "value": value}, f)
+        os.replace(f.name, path)  # readers see the old file or the new one, never half
+    except OSError:
+        return
+
+
+def memo(name: str, compute: Callable[[], T]) -> T:
+    """``compute()`` once per process and once per fingerprint on disk (JSON values)."""
+    if name in _MEMORY:
+        return _MEMORY[name]
+    value = load(name, _MISSING)
+    if value is _MISSING:
+        value = json.loads(json.dumps(compute()))  # the same types as a value read back
+        store(name, value)
+    _MEMORY[name] = value
+    return value
+
+
+# Compile caches: inductor's FX graph cache (on by default, but in /tmp) and JAX's
+# persistent compilation cache (off by default), both in the user's cache directory.
+# Set as environment defaults by the plugins that compile, when they are imported; a
+# user's own setting wins. JAX writes every entry: attention compiles on the CPU in well under the
+# default 1 s threshold.
+COMPILE_CACHE_ENV = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "JAX_COMPILATION_CACHE_DIR": "jax",
+}
+JAX_CACHE_THRESHOLDS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+
+
+def enable_compile_caches() -> Dict[str, str]:
+    """Point inductor and JAX at persistent caches here (unless the environment already
+    does); returns the settings in effect. Call before a framework compiles."""
+    try:
+        for var, folder in COMPILE_CACHE_ENV.items():
+            os.environ.setdefault(var, str(subdir(folder)))
+    except OSError:  # an unwritable cache directory: the frameworks' own defaults
+        return {}
+    for var, value in JAX_CACHE_THRESHOLDS.items():
+        os.environ.setdefault(var, value)
+    jax = sys.modules.get("jax")
+    if jax is not None:  # imported already: its flags read the environment at import
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                          int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
+    return {k: os.environ[k] for k in (*COMPILE_CACHE_ENV, *JAX_CACHE_THRESHOLDS)}

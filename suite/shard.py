@@ -1,0 +1,33 @@
+"""``--shard i/n``: a deterministic split of a sweep into n parts, one per machine or GPU.
+
+The unit is one implementation on one device (all its points), so every line of a chart
+comes from one machine. Units are sorted by name and dealt round-robin: shard i of n
+takes units i-1, i-1+n, ... Every shard must see the same implementations and devices
+(the same install; one GPU each through CUDA_VISIBLE_DEVICES), or the split differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterable, Set, Tuple
+
+Unit = Tuple[str, str]  # (implementation name, device)
+
+
+def parse(text: str) -> Tuple[int, int]:
+    """'2/4' -> (2, 4); argparse type for --shard."""
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = 0, 0
+    if not sep or not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(
+            f"--shard: expected i/n with 1 <= i <= n, e.g. 1/4, got {text!r}")
+    return i, n
+
+
+def select(units: Iterable[Unit], index: int, count: int) -> Set[Unit]:
+    """The units shard ``index`` (1-based) of ``count`` runs."""
+    ordered = sorted(set(units))
+    return set(ordered[index - 1::count])
