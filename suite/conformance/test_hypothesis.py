@@ -13,6 +13,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis.errors import FlakyFailure  # noqa: E402
 
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
@@ -70,6 +71,10 @@ def test_random_shapes(target, conform, request):
 
         try:
             check()
+        except FlakyFailure as exc:  # failed once, passed when Hypothesis replayed it
+            first = next((e for e in exc.exceptions if isinstance(e, AssertionError)), exc)
+            return out.classify("flaky", "an example failed, then passed when replayed: "
+                                         + str(first).splitlines()[0])
         except AssertionError as exc:
             out.comparisons = tried[-1].comparisons
             return out.classify(tried[-1].outcome, str(exc).splitlines()[0])
