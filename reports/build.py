@@ -23,29 +23,33 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
     sweeps, conformance = sweeps_frame(docs), conformance_frame(docs)
     ok = sweeps[(sweeps["status"] == "ok") & (sweeps["median_s"] > 0)]
     ref_impl = tables.pick_baseline_impl(ok, baseline_impl)
+    base = sweeps_frame(read(baseline)) if baseline else None
+    # one colour and marker per implementation for every chart of the page
+    styles = figures.impl_styles(sweeps, conformance, *([base] if base is not None else []))
     ctx: Dict[str, Any] = {
         "generated": datetime.datetime.now().isoformat(sep=" ", timespec="seconds"),
         "n_files": len(docs), "n_points": len(ok), "n_not_measured": len(sweeps) - len(ok),
         "n_cases": len(conformance),
         "machines": sorted(set(sweeps["machine"].dropna()) | set(conformance["machine"].dropna())),
         "environment": tables.environment(docs),
-        "implementations": tables.implementations(docs),
-        "matrix": tables.conformance_matrix(conformance),
-        "figs": {"length": figures.time_vs_length(ok), "heads": figures.time_vs_heads(ok),
-                 "throughput": figures.throughput(ok), "memory": figures.memory_vs_length(ok)},
+        "implementations": tables.implementations(docs, styles),
+        "matrix": tables.conformance_matrix(conformance, styles),
+        "figs": {"length": figures.time_vs_length(ok, styles),
+                 "heads": figures.time_vs_heads(ok, styles),
+                 "throughput": figures.throughput(ok, styles),
+                 "memory": figures.memory_vs_length(ok, styles)},
         "exponents": tables.to_html(tables.exponents(ok)),
         "exponent_ranges": tables.exponent_ranges(ok),
-        "fastest": tables.to_html(tables.fastest(figures.length_subset(ok)))
+        "fastest": tables.to_html(tables.fastest(figures.length_subset(ok)), classes="data wrap")
         if len(ok) else tables.to_html(None),
-        "ranking": tables.to_html(tables.ranking(ok, ref_impl)),
+        "ranking": tables.to_html(tables.ranking(ok, ref_impl), classes="data wrap"),
         "baseline_impl": ref_impl or "-",
         "memory_methods": _memory_methods(ok),
         "not_measured": tables.to_html(tables.not_measured(sweeps)),
         "never_measured": tables.never_measured(sweeps),
         "baseline": None,
     }
-    if baseline:
-        base = sweeps_frame(read(baseline))
+    if base is not None:
         cmp = tables.compare_baseline(ok, base)
         counts = cmp["verdict"].value_counts()
         rows = cmp.head(300)
@@ -53,7 +57,7 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
             "files": sorted({Path(s).name for s in base["source"].dropna()}),
             "counts": {v: int(counts.get(v, 0)) for v in
                        ("regression", "improvement", "within noise")},
-            "figs": figures.baseline_ratios(cmp),
+            "figs": figures.baseline_ratios(cmp, styles),
             "columns": [c for c in ("machine", "impl", "device", "dtype", "mask", "H", "Lq")
                         if c in cmp and (c not in ("machine", "dtype") or cmp[c].nunique() > 1)],
             "rows": [{**r, "median_ms": r["median_s"] * 1e3,

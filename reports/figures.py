@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Dict, List, Optional, Tuple
+import itertools
+from typing import Any, Dict, List, Optional, Tuple
 
 import matplotlib
 
@@ -17,11 +18,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from reports.styles import Style, assign, families, ordered  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook", font_scale=0.8)
 WIDTH_IN = 10.8  # at DPI this fits the page's 1100 px column with the legend
 DPI = 100
 PANEL_KEYS = ["dtype", "B", "D", "H"]  # shown in a panel title when they vary
+DASHES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]  # per machine, mask...
+LEGEND_COLUMNS = 7  # family columns under a chart; more families share columns
+
+
+def impl_styles(*frames: pd.DataFrame) -> Dict[str, Style]:
+    """One colour and marker per implementation named in ``frames`` (impl, framework)."""
+    pairs = [(i, f) for df in frames if not df.empty
+             for i, f in zip(df["impl"], df["framework"] if "framework" in df else
+                             [None] * len(df))]
+    return assign(families(pairs))
 
 
 def to_data_uri(fig: plt.Figure) -> str:
@@ -60,45 +74,94 @@ def _guide(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, power: float, label: st
                 xytext=(2, 0), textcoords="offset points", va="center")
 
 
-def _relplot(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[str],
-             style: Optional[str], ylabel: str, xlabel: str, logy: bool = True,
-             guides: Optional[Dict[float, str]] = None, hue: str = "impl",
-             col_template: str = "{col_name}") -> sns.FacetGrid:
-    """Lines per ``hue`` over log2 x, one panel per (row, col); guides as {power: label}."""
-    ncol = d[col].nunique() if col else 1
-    nrow = d[row].nunique() if row else 1
-    height = 2.7 if nrow > 1 else 3.2
-    aspect = (WIDTH_IN - 2.2) / ncol / height  # leave room for the legend on the right
-    marks = {"markers": True, "dashes": True} if style else {"marker": "o"}
-    g = sns.relplot(data=d, x=x, y=y, hue=hue, style=style, row=row, col=col, kind="line",
-                    height=height, aspect=aspect, errorbar=None, markersize=4, **marks,
-                    facet_kws={"sharey": False, "sharex": True, "margin_titles": True},
-                    hue_order=sorted(d[hue].unique()))
-    for key, ax in (g.axes_dict.items() or [(None, g.ax)]):
-        r, c = key if (row and col) else ((key, None) if row else (None, key))
-        ax.set_xscale("log", base=2)
-        if logy:
-            ax.set_yscale("log")
+def _panels(d: pd.DataFrame, key: Optional[str]) -> List[Any]:
+    return sorted(d[key].unique(), key=str) if key else [None]
+
+
+def _lines(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[str],
+           dash: Optional[str], ylabel: str, xlabel: str, styles: Dict[str, Style],
+           logy: bool = True, guides: Optional[Dict[float, str]] = None,
+           col_template: str = "{col_name}") -> plt.Figure:
+    """One line per (implementation, ``dash`` value) over log2 x, one panel per (row, col).
+
+    Colour is the implementation's family, the marker the implementation within it (both
+    from ``styles``, the report's one assignment), the dash pattern the ``dash`` column's
+    value (machine, mask, gradients); guides as {power: label}.
+    """
+    rows, cols = _panels(d, row), _panels(d, col)
+    height = 2.5 if len(rows) > 1 else 3.0
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(WIDTH_IN, height * len(rows)),
+                             sharex=True, squeeze=False)
+    dashes = {v: DASHES[i % len(DASHES)] for i, v in enumerate(_panels(d, dash))}
+    for (i, r), (j, c) in itertools.product(enumerate(rows), enumerate(cols)):
+        ax = axes[i][j]
         sub = d
         if row:
             sub = sub[sub[row] == r]
         if col:
             sub = sub[sub[col] == c]
-        sub = sub[np.isfinite(sub[y]) & (sub[y] > 0)]
+        sub = sub[np.isfinite(sub[y]) & (sub[y] > 0 if logy else True)]
+        for (impl, dv), g in sub.groupby(["impl", dash] if dash else ["impl", "impl"],
+                                         sort=False):
+            st = styles[impl]
+            line = g.groupby(x)[y].mean().sort_index()  # (n,) one value per x
+            ax.plot(line.index.to_numpy(float), line.to_numpy(float), color=st.colour,
+                    marker=st.marker, markersize=4.5, lw=1.2,
+                    markerfacecolor=st.colour if st.filled else "white",
+                    linestyle=dashes[dv] if dash else "-")
+        ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
         for power, label in (guides or {}).items():
             _guide(ax, sub[x].to_numpy(float), sub[y].to_numpy(float), power, label,
                    "--" if power >= 2 else ":")
-    g.set_axis_labels(xlabel, ylabel)
-    g.set_titles(row_template="{row_name}", col_template=col_template)
-    if g.legend is not None:
-        sns.move_legend(g, "upper left", bbox_to_anchor=(0.985, 0.95), frameon=False,
-                        title=None)
-    return g
+        title = [col_template.format(col_name=c)] if col else []
+        title += [str(r)] if row else []
+        ax.set_title(" · ".join(title), fontsize=9)
+        ax.set_xlabel(xlabel if i == len(rows) - 1 else "")
+        ax.set_ylabel(ylabel if j == 0 else "")
+    fig.tight_layout(h_pad=1.0, w_pad=1.0)
+    _legends(fig, [i for i in ordered(styles) if i in set(d["impl"])], styles,
+             {str(v): dashes[v] for v in _panels(d, dash)} if dash else {}, dash)
+    return fig
 
 
-def _title(g: sns.FacetGrid, text: str) -> None:
-    g.figure.suptitle(text, y=1.0, x=0.02, ha="left", fontsize=11)
-    g.figure.subplots_adjust(top=0.86 if len(g.axes) == 1 else 0.92)
+def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
+             dashes: Dict[str, Any], dash_name: Optional[str]) -> None:
+    """The implementations under the panels, one column per family with its name on top;
+    the dash patterns (when a dimension varies) above the panels, on the right."""
+    groups: Dict[str, List[str]] = {}
+    for impl in impls:
+        groups.setdefault(styles[impl].family, []).append(impl)
+    blank = Line2D([], [], linestyle="none")
+    columns = []
+    for fam, members in groups.items():
+        handles = [(blank, fam)] + [
+            (Line2D([], [], color=styles[m].colour, marker=styles[m].marker, markersize=5,
+                    markerfacecolor=styles[m].colour if styles[m].filled else "white", lw=1.2),
+             m) for m in members]
+        columns.append(handles)
+    ncol = min(len(columns), LEGEND_COLUMNS)
+    if len(columns) <= LEGEND_COLUMNS:  # one family per column: pad to the longest
+        depth = max(len(h) for h in columns)
+        entries = [e for h in columns for e in h + [(blank, "")] * (depth - len(h))]
+    else:  # more families than columns: they follow each other down the columns
+        entries = [e for h in columns for e in h]
+    leg = fig.legend([h for h, _ in entries], [t for _, t in entries], loc="upper left",
+                     bbox_to_anchor=(0.0, 0.0), ncol=ncol, frameon=False, fontsize=8,
+                     handlelength=2.2, columnspacing=1.2, borderaxespad=0.0)
+    for text in leg.get_texts():
+        if text.get_text() in groups:
+            text.set_fontweight("bold")
+    if dashes:
+        fig.legend([Line2D([], [], color="0.3", lw=1.2, linestyle=ls) for ls in dashes.values()],
+                   list(dashes), loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False,
+                   ncol=len(dashes), fontsize=8, title=dash_name, title_fontsize=8,
+                   handlelength=3.0)
+
+
+def _title(fig: plt.Figure, text: str) -> None:
+    fig.suptitle(text, y=1.0, x=0.01, ha="left", va="bottom", fontsize=11)
 
 
 def length_subset(ok: pd.DataFrame) -> pd.DataFrame:
@@ -115,37 +178,43 @@ def heads_subset(ok: pd.DataFrame) -> pd.DataFrame:
     return ok[n >= 3]
 
 
-def time_vs_length(ok: pd.DataFrame) -> List[str]:
+def time_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+                   ) -> List[str]:
     """Log-log median time vs length with an n^2 guide: rows = head count, columns = mask."""
+    styles = styles or impl_styles(ok)
     out = []
     for device, d in length_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "grad"])
-        g = _relplot(d, "Lq", "time_ms", "panel", "mask", style, "median time per call (ms)",
-                     "sequence length L (= S)",
+        fig = _lines(d, "Lq", "time_ms", "panel", "mask", style, "median time per call (ms)",
+                     "sequence length L (= S)", styles,
                      guides={2.0: "n²"}, col_template="mask: {col_name}")
-        _title(g, f"Time vs sequence length on {device} (log-log; dashed: n²)")
-        out.append(to_data_uri(g.figure))
+        _title(fig, f"Time vs sequence length on {device} (log-log; dashed: n²)")
+        out.append(to_data_uri(fig))
     return out
 
 
-def time_vs_heads(ok: pd.DataFrame) -> List[str]:
+def time_vs_heads(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+                  ) -> List[str]:
     """Log-log median time vs head count at a fixed length, with a linear guide."""
+    styles = styles or impl_styles(ok)
     out = []
     for device, d in heads_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3,
                      panel=panel_label(d, ["dtype", "B", "D", "Lq"], ["Lq"]))
         d, style = with_style(d, ["machine", "grad"])
-        g = _relplot(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
-                     "head count H (E = H·D)",
+        fig = _lines(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
+                     "head count H (E = H·D)", styles,
                      guides={1.0: "∝ H"}, col_template="mask: {col_name}")
-        _title(g, f"Time vs head count on {device} (log-log; dotted: linear in H)")
-        out.append(to_data_uri(g.figure))
+        _title(fig, f"Time vs head count on {device} (log-log; dotted: linear in H)")
+        out.append(to_data_uri(fig))
     return out
 
 
-def throughput(ok: pd.DataFrame) -> List[str]:
+def throughput(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+               ) -> List[str]:
     """GFLOP/s and share of the measured matmul peak vs length."""
+    styles = styles or impl_styles(ok)
     out = []
     for device, d in length_subset(ok).groupby("device"):
         d, style = with_style(d.assign(panel=panel_label(d, PANEL_KEYS, ["H"])),
@@ -154,44 +223,52 @@ def throughput(ok: pd.DataFrame) -> List[str]:
             d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
             d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
         long = long[np.isfinite(long["value"])]
-        g = _relplot(long, "Lq", "value", "panel", "metric", style, "", "sequence length L",
-                     logy=False)
-        for ax in g.axes.flat:
+        fig = _lines(long, "Lq", "value", "panel", "metric", style, "", "sequence length L",
+                     styles, logy=False)
+        for ax in fig.axes:
             ax.set_ylim(bottom=0)
-        _title(g, f"Throughput on {device}: FLOP/s and share of the matmul peak")
-        out.append(to_data_uri(g.figure))
+        _title(fig, f"Throughput on {device}: FLOP/s and share of the matmul peak")
+        out.append(to_data_uri(fig))
     return out
 
 
-def memory_vs_length(ok: pd.DataFrame) -> List[str]:
+def memory_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+                     ) -> List[str]:
     """Log-log peak memory vs length, with linear and quadratic guides."""
+    styles = styles or impl_styles(ok)
     out = []
     measured = ok[(ok["peak_bytes"] > 0) & ok["peak_method"].ne("not measured")]
     for device, d in length_subset(measured).groupby("device"):
         d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "mask", "grad"])
-        g = _relplot(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
-                     style, "peak memory (MiB)",
-                     "sequence length L", guides={1.0: "n", 2.0: "n²"})
-        _title(g, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")
-        out.append(to_data_uri(g.figure))
+        fig = _lines(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
+                     style, "peak memory (MiB)", "sequence length L", styles,
+                     guides={1.0: "n", 2.0: "n²"})
+        _title(fig, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")
+        out.append(to_data_uri(fig))
     return out
 
 
-def baseline_ratios(cmp: pd.DataFrame) -> List[str]:
-    """Current / baseline median per point, by implementation, coloured by verdict."""
+def baseline_ratios(cmp: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+                    ) -> List[str]:
+    """Current / baseline median per point, by implementation (grouped by family), coloured
+    by verdict."""
     if cmp.empty:
         return []
+    styles = styles or impl_styles(cmp)
+    present = set(cmp["impl"])
     palette = {"regression": "#c0392b", "improvement": "#1e8449", "within noise": "#95a5a6"}
     n = cmp["impl"].nunique()
     fig, ax = plt.subplots(figsize=(min(WIDTH_IN, 2.2 + 1.1 * n), 3.2))
     sns.stripplot(data=cmp, x="impl", y="ratio", hue="verdict", palette=palette, ax=ax,
-                  order=sorted(cmp["impl"].unique()), jitter=0.25, size=5,
+                  order=[i for i in ordered(styles) if i in present], jitter=0.25, size=5,
                   hue_order=[v for v in palette if v in set(cmp["verdict"])])
     ax.set_yscale("log")
     ax.axhline(1.0, color="0.3", lw=1)
     ax.set(xlabel="", ylabel="current / baseline median time",
            title="Against the baseline: above 1 is slower")
-    ax.tick_params(axis="x", labelrotation=20)
+    ax.tick_params(axis="x", labelrotation=20 if n <= 8 else 50)
+    if n > 8:
+        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return [to_data_uri(fig)]
