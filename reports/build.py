@@ -38,11 +38,11 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
                  "heads": figures.time_vs_heads(ok, styles),
                  "throughput": figures.throughput(ok, styles),
                  "memory": figures.memory_vs_length(ok, styles)},
-        "exponents": tables.to_html(tables.exponents(ok)),
+        "exponents": tables.to_html(tables.exponents(ok, styles)),
         "exponent_ranges": tables.exponent_ranges(ok),
         "fastest": tables.to_html(tables.fastest(figures.length_subset(ok)), classes="data wrap")
         if len(ok) else tables.to_html(None),
-        "ranking": tables.to_html(tables.ranking(ok, ref_impl), classes="data wrap"),
+        "ranking": tables.to_html(tables.ranking(ok, ref_impl), classes="data rank"),
         "baseline_impl": ref_impl or "-",
         "memory_methods": _memory_methods(ok),
         "not_measured": tables.to_html(tables.not_measured(sweeps)),

@@ -106,9 +106,9 @@ def _lines(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[st
             st = styles[impl]
             line = g.groupby(x)[y].mean().sort_index()  # (n,) one value per x
             ax.plot(line.index.to_numpy(float), line.to_numpy(float), color=st.colour,
-                    marker=st.marker, markersize=4.5, lw=1.2,
+                    marker=st.marker, markersize=5, lw=1.2,
                     markerfacecolor=st.colour if st.filled else "white",
-                    linestyle=dashes[dv] if dash else "-")
+                    linestyle=dashes[dv] if dash else "-", gid=impl)
         ax.set_xscale("log", base=2)
         if logy:
             ax.set_yscale("log")
@@ -150,8 +150,8 @@ def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
     leg = fig.legend([h for h, _ in entries], [t for _, t in entries], loc="upper left",
                      bbox_to_anchor=(0.0, 0.0), ncol=ncol, frameon=False, fontsize=8,
                      handlelength=2.2, columnspacing=1.2, borderaxespad=0.0)
-    for text in leg.get_texts():
-        if text.get_text() in groups:
+    for (handle, _), text in zip(entries, leg.get_texts()):
+        if handle is blank:  # a family's name heads its column
             text.set_fontweight("bold")
     if dashes:
         fig.legend([Line2D([], [], color="0.3", lw=1.2, linestyle=ls) for ls in dashes.values()],

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from reports.frames import fit_exponent
-from reports.styles import Style, assign, family_order
+from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.records import Document, machine_ids, run_facts
 
@@ -164,8 +164,9 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
 
 
 # --- scaling -------------------------------------------------------------------------------
-def exponents(ok: pd.DataFrame) -> pd.DataFrame:
-    """Fitted exponents, one row per implementation, one column per measured setting."""
+def exponents(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None) -> pd.DataFrame:
+    """Fitted exponents, one row per implementation (grouped by family), one column per
+    measured setting."""
     fits = fit_exponent(ok)
     if fits.empty:
         return fits
@@ -179,7 +180,11 @@ def exponents(ok: pd.DataFrame) -> pd.DataFrame:
     columns = ["setting", "H"] if fits["H"].nunique() > 1 else ["setting"]
     table = fits.pivot_table(index=index, columns=columns, values="cell", aggfunc="first")
     table.columns = [" · ".join(c) if isinstance(c, tuple) else c for c in table.columns]
-    return table.reset_index()
+    table = table.reset_index()
+    rank = {impl: i for i, impl in enumerate(ordered(styles_or_own(
+        styles, list(zip(ok["impl"], ok["framework"])))))}
+    return table.sort_values(index, key=lambda c: c.map(rank) if c.name == "impl" else c,
+                             kind="stable").reset_index(drop=True)
 
 
 def exponent_ranges(ok: pd.DataFrame) -> str:

@@ -6,14 +6,77 @@ import json
 import re
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import pytest
 from bs4 import BeautifulSoup
 
+from reports import figures
 from reports.build import build_report
-from reports.frames import load_sweeps
+from reports.frames import load, load_sweeps
+from reports.styles import KNOWN_FAMILIES, family_of, family_order
 from reports.tables import compare_baseline
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# Twenty-two implementations as the built-ins and a user's plugins name them: (name, framework)
+TWENTY = [("numpy", "numpy"), ("numpy.flash", "numpy"), ("torch.eager", "torch"),
+          ("torch.sdpa", "torch"), ("torch.sdpa[flash]", "torch"), ("torch.F_mha", "torch"),
+          ("torch.F_mha+weights", "torch"), ("jax.jit", "jax"), ("jax.nn", "jax"),
+          ("keras.mha[torch]", "torch"), ("keras.mha[torch]+weights", "torch"),
+          ("keras.mha[jax]", "jax"), ("flax.mha", "jax"), ("flax.mha+weights", "jax"),
+          ("hf.bert.eager", "torch"), ("hf.bert.sdpa", "torch"), ("hf.gpt2.eager", "torch"),
+          ("hf.gpt2.sdpa", "torch"), ("hf.llama.eager", "torch"), ("hf.llama.sdpa", "torch"),
+          ("mymha", "torch"), ("acme.fused", "jax")]
+FAMILY = {"numpy": "numpy", "numpy.flash": "numpy", "mymha": "torch", "acme.fused": "acme",
+          **{n: n.split(".")[0] for n, _ in TWENTY if n.split(".")[0] in KNOWN_FAMILIES}}
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+def synthetic_results(out: Path) -> Path:
+    """A sweep and a conformance file for the ``TWENTY`` implementations in ``out``.
+
+    Built from committed runs: numpy's measured points (five lengths, five head counts)
+    copied per implementation with times scaled and bent so that lines cross, and the
+    real conformance cases in four dtypes with some failures and deviations planted.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    sweep = json.loads((FIXTURES / "vm" / "sweep_vm.json").read_text())
+    template = [b for b in sweep["benchmarks"] if b["extra_info"]["impl"] == "numpy"]
+    sweep["benchmarks"], sweep["mha_suite_not_measured"] = [], []
+    for i, (name, framework) in enumerate(TWENTY):
+        for b in template:
+            b = json.loads(json.dumps(b))
+            x = b["extra_info"]
+            x.update(impl=name, framework=framework)
+            scale = 0.4 * 1.09 ** i * (x["Lq"] / 512) ** (0.06 * (i % 5 - 2))
+            for k in ("min", "max", "mean", "median", "q1", "q3", "iqr", "stddev"):
+                b["stats"][k] *= scale
+            x["flops_per_s"] = x["flops"] / b["stats"]["median"]
+            x["peak_bytes"] = int(2**20 * (1 + i) * (x["Lq"] / 128) ** (1 + (i % 2)))
+            x["peak_method"] = "rss_hwm_delta"
+            b["name"] = b["name"].replace("numpy-", f"{name}-", 1)
+            b["fullname"] = b["fullname"].replace("numpy-", f"{name}-", 1)
+            sweep["benchmarks"].append(b)
+    (out / "sweep-20.json").write_text(json.dumps(sweep))
+
+    conf = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    entry = next(i for i in conf["implementations"] if i["name"] == "numpy")
+    cases = [r for r in conf["results"] if r["impl"] == "numpy"]
+    conf["implementations"], conf["results"] = [], []
+    for i, (name, framework) in enumerate(TWENTY):
+        builtin = FAMILY[name] in KNOWN_FAMILIES
+        conf["implementations"].append({**entry, "name": name, "framework": framework,
+                                        "source": "builtin" if builtin else f"plugin {name}.py",
+                                        "dtypes": {"cpu": DTYPES}})
+        for j, (dtype, r) in enumerate((d, r) for d in DTYPES for r in cases):
+            r = {**r, "impl": name, "dtype": dtype,
+                 "test_id": r["test_id"].replace("numpy-cpu-float32", f"{name}-cpu-{dtype}")}
+            if r["outcome"] == "pass" and (i + j) % 37 == 0:
+                r.update(outcome="fail", reason="planted: err above the bound")
+            elif r["outcome"] == "pass" and (i * j) % 53 == 7:
+                r.update(outcome="deviation", reason="planted: fully masked rows -> NaN")
+            conf["results"].append(r)
+    (out / "conformance-20.json").write_text(json.dumps(conf))
+    return out
 CHART_SECTIONS = ["scaling", "heads", "throughput", "memory"]
 SECTIONS = ["environment", "conformance", *CHART_SECTIONS, "ranking", "not-measured"]
 
@@ -160,3 +223,107 @@ def test_cli_writes_the_report_and_reports_errors(cli, tmp_path):
     proc = cli("report", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- twenty implementations ---------------------------------------------------------------
+FAMILIES_IN_ORDER = ["numpy", "torch", "jax", "keras", "flax", "hf", "acme"]
+
+
+@pytest.fixture(scope="module")
+def twenty(tmp_path_factory) -> Path:
+    return synthetic_results(tmp_path_factory.mktemp("twenty"))
+
+
+@pytest.fixture(scope="module")
+def twenty_report(twenty) -> BeautifulSoup:
+    return _soup(build_report([twenty], twenty / "report.html"))
+
+
+def test_family_from_the_name_else_the_recorded_framework():
+    assert family_of("hf.bert.sdpa", "torch") == "hf"
+    assert family_of("keras.mha[jax]", "jax") == "keras"
+    assert family_of("torch.sdpa[flash]", "torch") == "torch"
+    assert family_of("mymha", "torch") == "torch"  # no dot: the framework it records
+    assert family_of("mymha+weights", None) == "mymha"  # neither: the name itself
+    assert family_of("numpy", float("nan")) == "numpy"
+    assert family_order(["zeta", "hf", "acme", "numpy", "jax"]) == [
+        "numpy", "jax", "hf", "acme", "zeta"]
+
+
+def test_twenty_implementations_look_distinct_and_families_share_a_colour(twenty):
+    sweeps, conformance = load([twenty])
+    styles = figures.impl_styles(sweeps, conformance)
+    assert set(styles) == {n for n, _ in TWENTY}
+    assert {i: s.family for i, s in styles.items()} == FAMILY
+    keys = [s.key for s in styles.values()]
+    assert len(set(keys)) == len(keys), "two implementations drawn alike"
+    colour = {}
+    for s in styles.values():
+        assert colour.setdefault(s.family, s.colour) == s.colour, s.family
+    assert len(set(colour.values())) == len(colour), "two families share a colour"
+    # the assignment does not depend on row order or on which file names an implementation
+    shuffled = sweeps.sample(frac=1.0, random_state=3)
+    assert figures.impl_styles(conformance, shuffled) == styles
+
+
+def test_every_chart_draws_an_implementation_alike(twenty, monkeypatch):
+    sweeps, conformance = load([twenty])
+    styles = figures.impl_styles(sweeps, conformance)
+    ok = sweeps[sweeps["status"] == "ok"]
+    drawn = []
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig: drawn.append(fig) or "")
+    few = ok[ok["impl"].isin(["hf.llama.sdpa", "jax.nn", "mymha"])]  # a chart with three
+    figures.time_vs_length(few, styles)
+    figures.time_vs_length(ok, styles)
+    figures.throughput(ok, styles)
+    figures.memory_vs_length(ok, styles)
+    assert len(drawn) == 4
+    for fig in drawn:
+        seen = set()
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                impl = line.get_gid()
+                if impl is None:
+                    continue  # a guide
+                seen.add(impl)
+                st = styles[impl]
+                assert mcolors.to_hex(line.get_color()) == mcolors.to_hex(st.colour), impl
+                assert line.get_marker() == st.marker, impl
+                face = mcolors.to_hex(line.get_markerfacecolor())
+                assert (face == mcolors.to_hex(st.colour)) == st.filled, impl
+        # the legend: one column per family in the fixed order, its members under its name
+        texts = [t.get_text() for t in fig.legends[0].get_texts() if t.get_text()]
+        bold = [t.get_text() for t in fig.legends[0].get_texts()
+                if t.get_text() and t.get_fontweight() == "bold"]
+        want = [f for f in FAMILIES_IN_ORDER if any(FAMILY[i] == f for i in seen)]
+        assert bold == want
+        assert sorted(t for t in texts) == sorted(want + sorted(seen))
+    assert {ln.get_gid() for ax in drawn[0].axes for ln in ax.get_lines()} - {None} == {
+        "hf.llama.sdpa", "jax.nn", "mymha"}
+
+
+def test_matrix_grouped_by_family_in_a_stable_order(twenty_report):
+    sec = twenty_report.find(id="conformance")
+    groups = sec.find("table", class_="matrix").find_all("tbody", class_="group")
+    assert [g["data-family"] for g in groups] == FAMILIES_IN_ORDER
+    for g in groups:
+        names = [td.get_text(strip=True) for td in g.find_all("td", class_="impl")]
+        assert names == sorted(names)
+        assert {FAMILY[n] for n in names} == {g["data-family"]}, names
+        assert g.find("tr", class_="group").get_text(" ", strip=True).startswith(
+            g["data-family"])
+    assert sum(len(g.find_all("td", class_="impl")) for g in groups) == len(TWENTY)
+    assert len(sec.find_all("details")) == len(TWENTY)
+    cells = sec.find("table", class_="matrix").find_all("td", class_="fail")
+    assert cells, "the planted failures show"
+
+
+def test_ranking_lists_every_implementation_in_one_wrapping_column(twenty_report):
+    table = twenty_report.find(id="ranking").find("table", class_="rank")
+    header = [th.get_text(strip=True) for th in table.find_all("th")]
+    assert header[-1] == "fastest first, speed-up over numpy"
+    for tr in table.find_all("tr")[1:]:
+        entries = tr.find_all("td")[-1].get_text().split(" · ")
+        assert [e.split("\u00a0")[0] for e in entries] == [str(i) for i in
+                                                           range(1, len(TWENTY) + 1)]
+        assert sorted(e.split("\u00a0")[1] for e in entries) == sorted(n for n, _ in TWENTY)
