@@ -128,8 +128,9 @@ def _lines(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[st
 
 def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
              dashes: Dict[str, Any], dash_name: Optional[str]) -> None:
-    """The implementations under the panels, one column per family with its name on top;
-    the dash patterns (when a dimension varies) above the panels, on the right."""
+    """One legend under the panels: a column per family, its name (bold) on top and its
+    implementations below, then a column for the dash patterns (the varying dimension's
+    name in italics on top) when one varies."""
     groups: Dict[str, List[str]] = {}
     for impl in impls:
         groups.setdefault(styles[impl].family, []).append(impl)
@@ -141,6 +142,11 @@ def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
                     markerfacecolor=styles[m].colour if styles[m].filled else "white", lw=1.2),
              m) for m in members]
         columns.append(handles)
+    dash_header = Line2D([], [], linestyle="none")
+    if dashes:
+        columns.append([(dash_header, dash_name)] + [
+            (Line2D([], [], color="0.3", lw=1.2, linestyle=ls), str(v))
+            for v, ls in dashes.items()])
     ncol = min(len(columns), LEGEND_COLUMNS)
     if len(columns) <= LEGEND_COLUMNS:  # one family per column: pad to the longest
         depth = max(len(h) for h in columns)
@@ -149,15 +155,12 @@ def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
         entries = [e for h in columns for e in h]
     leg = fig.legend([h for h, _ in entries], [t for _, t in entries], loc="upper left",
                      bbox_to_anchor=(0.0, 0.0), ncol=ncol, frameon=False, fontsize=8,
-                     handlelength=2.2, columnspacing=1.2, borderaxespad=0.0)
+                     handlelength=2.6, columnspacing=1.2, borderaxespad=0.0)
     for (handle, _), text in zip(entries, leg.get_texts()):
         if handle is blank:  # a family's name heads its column
             text.set_fontweight("bold")
-    if dashes:
-        fig.legend([Line2D([], [], color="0.3", lw=1.2, linestyle=ls) for ls in dashes.values()],
-                   list(dashes), loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False,
-                   ncol=len(dashes), fontsize=8, title=dash_name, title_fontsize=8,
-                   handlelength=3.0)
+        elif handle is dash_header:
+            text.set_fontstyle("italic")
 
 
 def _title(fig: plt.Figure, text: str) -> None:

@@ -297,7 +297,8 @@ def test_every_chart_draws_an_implementation_alike(twenty, monkeypatch):
                 if t.get_text() and t.get_fontweight() == "bold"]
         want = [f for f in FAMILIES_IN_ORDER if any(FAMILY[i] == f for i in seen)]
         assert bold == want
-        assert sorted(t for t in texts) == sorted(want + sorted(seen))
+        dims = {"mask", "causal", "none"}  # the dash column where the mask varies
+        assert sorted(t for t in texts if t not in dims) == sorted(want + sorted(seen))
     assert {ln.get_gid() for ax in drawn[0].axes for ln in ax.get_lines()} - {None} == {
         "hf.llama.sdpa", "jax.nn", "mymha"}
 
