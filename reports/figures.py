@@ -147,20 +147,35 @@ def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
         columns.append([(dash_header, dash_name)] + [
             (Line2D([], [], color="0.3", lw=1.2, linestyle=ls), str(v))
             for v, ls in dashes.items()])
-    ncol = min(len(columns), LEGEND_COLUMNS)
-    if len(columns) <= LEGEND_COLUMNS:  # one family per column: pad to the longest
-        depth = max(len(h) for h in columns)
-        entries = [e for h in columns for e in h + [(blank, "")] * (depth - len(h))]
-    else:  # more families than columns: they follow each other down the columns
-        entries = [e for h in columns for e in h]
+    packed = _pack(columns)
+    depth = max(len(c) for c in packed)
+    entries = [e for c in packed for e in c + [(None, "")] * (depth - len(c))]
+    entries = [(blank if h is None else h, t) for h, t in entries]
+    ncol = len(packed)
     leg = fig.legend([h for h, _ in entries], [t for _, t in entries], loc="upper left",
                      bbox_to_anchor=(0.0, 0.0), ncol=ncol, frameon=False, fontsize=8,
                      handlelength=2.6, columnspacing=1.2, borderaxespad=0.0)
-    for (handle, _), text in zip(entries, leg.get_texts()):
-        if handle is blank:  # a family's name heads its column
+    for (handle, label), text in zip(entries, leg.get_texts()):
+        if handle is blank and label:  # a family's name heads its members
             text.set_fontweight("bold")
         elif handle is dash_header:
             text.set_fontstyle("italic")
+
+
+def _pack(groups: List[List[Any]]) -> List[List[Any]]:
+    """Groups of legend entries, in order, into at most ``LEGEND_COLUMNS`` columns of one
+    depth, a group never split between columns unless it is deeper than the column."""
+    depth = max(max(len(g) for g in groups),
+                -(-sum(len(g) for g in groups) // LEGEND_COLUMNS))
+    while True:
+        columns: List[List[Any]] = [[]]
+        for g in groups:
+            if columns[-1] and len(columns[-1]) + len(g) > depth:
+                columns.append([])
+            columns[-1].extend(g)
+        if len(columns) <= LEGEND_COLUMNS:
+            return columns
+        depth += 1
 
 
 def _title(fig: plt.Figure, text: str) -> None:
