@@ -13,7 +13,7 @@ from bs4 import BeautifulSoup
 from reports import figures
 from reports.build import build_report
 from reports.frames import load, load_sweeps
-from reports.styles import KNOWN_FAMILIES, family_of, family_order
+from reports.styles import COLOURS, KNOWN_FAMILIES, MARKERS, assign, family_of, family_order
 from reports.tables import compare_baseline
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -48,6 +48,10 @@ def synthetic_results(out: Path) -> Path:
             x = b["extra_info"]
             x.update(impl=name, framework=framework)
             scale = 0.4 * 1.09 ** i * (x["Lq"] / 512) ** (0.06 * (i % 5 - 2))
+            if name == "keras.mha[torch]+weights" and x["Lq"] >= 512:  # long names win
+                scale *= 0.1
+            if name == "hf.llama.sdpa" and x["Lq"] <= 256:
+                scale *= 0.05
             for k in ("min", "max", "mean", "median", "q1", "q3", "iqr", "stddev"):
                 b["stats"][k] *= scale
             x["flops_per_s"] = x["flops"] / b["stats"]["median"]
@@ -248,6 +252,28 @@ def test_family_from_the_name_else_the_recorded_framework():
     assert family_of("numpy", float("nan")) == "numpy"
     assert family_order(["zeta", "hf", "acme", "numpy", "jax"]) == [
         "numpy", "jax", "hf", "acme", "zeta"]
+
+
+def test_looks_stay_distinct_past_the_palette_and_the_markers():
+    # one family with more members than markers, and more families than colours
+    impls = {f"big.v{i:02d}": "big" for i in range(len(MARKERS) + 5)}
+    impls.update({f"lib{k:02d}.a": f"lib{k:02d}" for k in range(len(COLOURS) + 3)})
+    impls.update({f"lib{k:02d}.b": f"lib{k:02d}" for k in range(len(COLOURS) + 3)})
+    styles = assign(impls)
+    keys = [s.key for s in styles.values()]
+    assert len(set(keys)) == len(keys)
+    assert not styles[f"big.v{len(MARKERS):02d}"].filled  # the thirteenth: hollow
+    assert assign(dict(reversed(list(impls.items())))) == styles  # order of discovery
+
+
+def test_legend_columns_keep_a_family_together():
+    groups = [["a"] * n for n in (3, 7, 3, 4, 3, 7, 2, 3)]
+    groups = [[f"{k}{i}" for i in range(len(g))] for k, g in zip("abcdefgh", groups)]
+    columns = figures._pack(groups)
+    assert len(columns) <= figures.LEGEND_COLUMNS
+    assert [e for c in columns for e in c] == [e for g in groups for e in g]
+    for g in groups:
+        assert any(c[i:i + len(g)] == g for c in columns for i in range(len(c))), g[0]
 
 
 def test_twenty_implementations_look_distinct_and_families_share_a_colour(twenty):
