@@ -230,7 +230,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
         for i, r in enumerate(g.sort_values("median_s").itertuples(index=False), 1):
             speed = f"\u00a0{ref / r.median_s:.2f}×" if np.isfinite(ref) else ""
             entries.append(f"{i}\u00a0{r.impl}{speed}")
-        row[column] = " · ".join(entries)
+        row[column] = "\u00a0· ".join(entries)  # a line never starts with the separator
         rows.append(row)
     return pd.DataFrame(rows)[[*keys, "fastest (ms)", column]]
 

@@ -350,7 +350,7 @@ def test_ranking_lists_every_implementation_in_one_wrapping_column(twenty_report
     header = [th.get_text(strip=True) for th in table.find_all("th")]
     assert header[-1] == "fastest first, speed-up over numpy"
     for tr in table.find_all("tr")[1:]:
-        entries = tr.find_all("td")[-1].get_text().split(" · ")
+        entries = tr.find_all("td")[-1].get_text().split("\u00a0· ")
         assert [e.split("\u00a0")[0] for e in entries] == [str(i) for i in
                                                            range(1, len(TWENTY) + 1)]
         assert sorted(e.split("\u00a0")[1] for e in entries) == sorted(n for n, _ in TWENTY)
