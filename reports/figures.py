@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import matplotlib
@@ -74,8 +75,15 @@ def _guide(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, power: float, label: st
                 xytext=(2, 0), textcoords="offset points", va="center")
 
 
+def _natural(value: Any) -> List[Any]:
+    """A sort key that orders "H=8" before "H=16"."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p)
+            for p in re.split(r"(\d+)", str(value))]
+
+
 def _panels(d: pd.DataFrame, key: Optional[str]) -> List[Any]:
-    return sorted(d[key].unique(), key=str) if key else [None]
+    """The values of ``key`` in natural order (one panel or dash pattern each)."""
+    return sorted(d[key].unique(), key=_natural) if key else [None]
 
 
 def _lines(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[str],
