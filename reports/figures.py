@@ -104,13 +104,13 @@ def _title(g: sns.FacetGrid, text: str) -> None:
 def length_subset(ok: pd.DataFrame) -> pd.DataFrame:
     """Points whose (device, dtype, B, D, H, mask) group has three or more lengths."""
     keys = ["machine", "device", "dtype", "B", "D", "H", "mask", "grad"]
-    n = ok.groupby(keys, dropna=False)["Lq"].transform("nunique")
+    n = ok.groupby(keys, dropna=False)["L"].transform("nunique")
     return ok[n >= 3]
 
 
 def heads_subset(ok: pd.DataFrame) -> pd.DataFrame:
-    """Points whose (device, dtype, B, D, Lq, mask) group has three or more head counts."""
-    keys = ["machine", "device", "dtype", "B", "D", "Lq", "mask", "grad"]
+    """Points whose (device, dtype, B, D, L, mask) group has three or more head counts."""
+    keys = ["machine", "device", "dtype", "B", "D", "L", "mask", "grad"]
     n = ok.groupby(keys, dropna=False)["H"].transform("nunique")
     return ok[n >= 3]
 
@@ -121,7 +121,7 @@ def time_vs_length(ok: pd.DataFrame) -> List[str]:
     for device, d in length_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "grad"])
-        g = _relplot(d, "Lq", "time_ms", "panel", "mask", style, "median time per call (ms)",
+        g = _relplot(d, "L", "time_ms", "panel", "mask", style, "median time per call (ms)",
                      "sequence length L (= S)",
                      guides={2.0: "n²"}, col_template="mask: {col_name}")
         _title(g, f"Time vs sequence length on {device} (log-log; dashed: n²)")
@@ -134,7 +134,7 @@ def time_vs_heads(ok: pd.DataFrame) -> List[str]:
     out = []
     for device, d in heads_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3,
-                     panel=panel_label(d, ["dtype", "B", "D", "Lq"], ["Lq"]))
+                     panel=panel_label(d, ["dtype", "B", "D", "L"], ["L"]))
         d, style = with_style(d, ["machine", "grad"])
         g = _relplot(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
                      "head count H (E = H·D)",
@@ -154,7 +154,7 @@ def throughput(ok: pd.DataFrame) -> List[str]:
             d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
             d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
         long = long[np.isfinite(long["value"])]
-        g = _relplot(long, "Lq", "value", "panel", "metric", style, "", "sequence length L",
+        g = _relplot(long, "L", "value", "panel", "metric", style, "", "sequence length L",
                      logy=False)
         for ax in g.axes.flat:
             ax.set_ylim(bottom=0)
@@ -170,7 +170,7 @@ def memory_vs_length(ok: pd.DataFrame) -> List[str]:
     for device, d in length_subset(measured).groupby("device"):
         d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "mask", "grad"])
-        g = _relplot(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
+        g = _relplot(d, "L", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
                      style, "peak memory (MiB)",
                      "sequence length L", guides={1.0: "n", 2.0: "n²"})
         _title(g, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")

@@ -14,8 +14,8 @@ OUTCOME_ORDER = ["fail", "error", "flaky", "known_failure", "deviation", "unsupp
                  "pass"]  # worst first
 SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "flaky": "FLAKY",
          "known_failure": "known failure", "deviation": "deviation", "unsupported": "unsupported"}
-RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "Lq"]
-COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "D", "mask",
+RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "L"]
+COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "D", "mask",
                 "grad"]
 
 
@@ -177,7 +177,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     """Per point: implementations fastest first, each with its speed-up over the baseline."""
     if ok.empty:
         return pd.DataFrame()
-    keys = [k for k in RANK_KEYS if k in ("mask", "H", "Lq") or ok[k].nunique() > 1]
+    keys = [k for k in RANK_KEYS if k in ("mask", "H", "L") or ok[k].nunique() > 1]
     med = ok.groupby([*keys, "impl"], dropna=False)["median_s"].median().reset_index()
     base = med[med["impl"] == baseline_impl].set_index(keys)["median_s"]
     rows = []
@@ -197,10 +197,10 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
 
 def fastest(ok: pd.DataFrame) -> pd.DataFrame:
     """The fastest implementation per device, mask and length of the length sweep."""
-    keys = [k for k in RANK_KEYS if k in ("device", "mask", "H", "Lq") or ok[k].nunique() > 1]
+    keys = [k for k in RANK_KEYS if k in ("device", "mask", "H", "L") or ok[k].nunique() > 1]
     idx = ok.groupby(keys, dropna=False)["median_s"].idxmin()
     best = ok.loc[idx, [*keys, "impl", "median_s"]]
-    table = best.pivot_table(index=[k for k in keys if k != "Lq"], columns="Lq",
+    table = best.pivot_table(index=[k for k in keys if k != "L"], columns="L",
                              values="impl", aggfunc="first")
     table.columns = [f"L={c}" for c in table.columns]
     return table.reset_index().fillna("-")
@@ -242,7 +242,7 @@ def not_measured(df: pd.DataFrame) -> pd.DataFrame:
             or k in ("impl", "device")] + ["status", "reason"]
     rows = []
     for key, g in bad.groupby(keys, dropna=False, sort=True):
-        pts = sorted({(int(r.Lq), int(r.H), str(r.mask)) for r in g.itertuples()})
+        pts = sorted({(int(r.L), int(r.H), str(r.mask)) for r in g.itertuples()})
         rows.append({**dict(zip(keys, key)), "points": len(g),
                      "which (L, H, mask)": ", ".join(f"{L}/{H}/{m}" for L, H, m in pts[:12])
                      + (" ..." if len(pts) > 12 else "")})

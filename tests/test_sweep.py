@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from suite import sweep
-from suite.timing import flops, point_key
+from suite.point import Point, point_key
+from suite.timing import flops
 from tests.conftest import PLUGINS, ROOT
 
 TINY = ["--preset", "ci", "--lengths", "16,32,64", "--heads", "1", "--mask", "none",
@@ -44,7 +45,8 @@ def test_points_record_flops_and_memory(tmp_path):
     assert len(doc["benchmarks"]) == 3
     for b in doc["benchmarks"]:
         x = b["extra_info"]
-        assert x["flops"] == flops(1, 1, 1, x["Lq"], x["Lk"], 8, 8, False)["flops"]
+        assert (x["L"], x["S"], x["K"], x["E"]) == (x["L"], x["L"], 1, 8)
+        assert x["flops"] == flops(Point(B=1, L=x["L"], H=1, D=8))["flops"]
         assert x["flops_per_s"] == pytest.approx(x["flops"] / b["stats"]["median"])
         assert x["peak_method"] == "rss_hwm_delta" and x["peak_bytes"] >= 0
     facts = doc["machine_info"]["mha_suite"]
@@ -93,7 +95,7 @@ def test_grid_overrides_and_bad_values():
     sweep.add_arguments(parser)
     spec = sweep.grid(parser.parse_args(["--preset", "default", "--lengths", "128,256",
                                          "--heads", "2", "--mask", "causal"]))
-    assert {(p["length"], p["H"], p["mask"]) for p in spec["points"]} == {
+    assert {(p["L"], p["H"], p["mask"]) for p in spec["points"]} == {
         (128, 2, "causal"), (256, 2, "causal")}
     with pytest.raises(SystemExit):
         parser.parse_args(["--lengths", "12x"])
@@ -120,7 +122,7 @@ def test_bad_mask_name_is_one_line(cli):
     proc = cli("sweep", "--mask", "diagonal", "--out", "/tmp/never")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("mha-suite: error: --mask: expected some of none, causal, "
-                                   "padding, got diagonal")
+                                   "valid_lens, got diagonal")
 
 
 # --- no finished point is lost; no unfinished one is saved -----------------------------------
@@ -200,7 +202,7 @@ def test_two_sweeps_into_one_out_keep_every_point(tmp_path):
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
     doc = json.loads((tmp_path / "sweep-ci.json").read_text())
-    assert sorted(b["extra_info"]["Lq"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
+    assert sorted(b["extra_info"]["L"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
 
 
 def test_a_rerun_without_resume_keeps_points_it_does_not_measure(tmp_path):

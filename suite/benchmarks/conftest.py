@@ -8,6 +8,7 @@ point is never recorded. ``--resume`` runs only the points not measured in the f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any, Dict, List
@@ -15,6 +16,7 @@ from typing import Any, Dict, List
 import pytest
 
 from suite import pytest_plugin, records, shard, timing
+from suite.point import Point
 from suite.pytest_plugin import Timeout
 
 SPEC = pytest.StashKey[dict]()
@@ -71,15 +73,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for device in entry.impl.devices():
             if (entry.name, device) not in mine:
                 continue
-            for point in spec["points"]:
-                if not device.startswith(point["device"]):
+            for fields in spec["points"]:
+                if not device.startswith(fields["device"]):
                     continue
                 if not pytest_plugin.device_selected(config, device):
                     continue
+                point = dataclasses.replace(Point(**fields), device=device)
                 params.append((entry, device, point))
-                ids.append(f"{entry.name}-{device}-{point['dtype']}-L{point['length']}"
-                           f"-H{point['H']}-B{point['batch']}-D{point['head_dim']}-{point['mask']}"
-                           + ("-grad" if point["grad"] else ""))
+                ids.append(f"{entry.name}-{device}-{point.id()}")
     metafunc.parametrize("sweep_point", params, ids=ids)
 
 
@@ -95,7 +96,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         param = cs.params.get("sweep_point") if cs else None
         if isinstance(param, tuple):  # not pytest's placeholder of an empty grid
             entry, device, point = param
-            combos.add((entry.impl.framework, device, point["dtype"]))
+            combos.add((entry.impl.framework, device, point.dtype))
     state["combos"] = combos
     state["run_info"] = records.run_info(config)
     from suite.progress import progress_bar
