@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -35,13 +35,27 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
             card.update(
                 preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
                 gpus=extra.get("gpus") or [], threads=_threads(extra.get("threads") or {}),
-                peaks=[(k, v / 1e9) for k, v in sorted(
-                    (extra.get("matmul_peak_flops") or {}).items())],
+                peaks=_peaks(extra),
                 points=len(d.doc.get("benchmarks") or []),
                 not_measured=len(d.doc.get("mha_suite_not_measured") or []))
         else:
             card.update(preset=None, cases=len(d.doc.get("results") or []))
         out.append(card)
+    return out
+
+
+def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(framework:device:dtype, text) per matmul peak: the higher of the two measurements
+    (before and after the points; shares use it), both, and their spread."""
+    runs = extra.get("matmul_peak_runs") or {}
+    out = []
+    for key, best in sorted((extra.get("matmul_peak_flops") or {}).items()):
+        text = f"{best / 1e9:.0f} GFLOP/s"
+        run = runs.get(key) or {}
+        if run.get("before") is not None and run.get("after") is not None:
+            text += (f" (before {run['before'] / 1e9:.0f}, after {run['after'] / 1e9:.0f}, "
+                     f"spread {100 * run['spread']:.0f}%)")
+        out.append((key, text))
     return out
 
 

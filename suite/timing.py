@@ -7,6 +7,7 @@ already imported by a plugin (``sys.modules``), so nothing here pulls one in.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -33,6 +34,32 @@ def flops(point: Point) -> Dict[str, float]:
     factor = 3.5 if point.grad else 1.0
     return {"flops_attention": attention * factor, "flops_projections": projections * factor,
             "flops": (attention + projections) * factor}
+
+
+# --- timing a point ----------------------------------------------------------------------
+PEDANTIC_MIN_S = 0.005  # a call at least this long is timed one call a round, uncalibrated
+
+
+def run_benchmark(benchmark: Any, fn: Callable[[], Any], warm_s: float,
+                  options: Dict[str, Any]) -> str:
+    """Time ``fn`` with pytest-benchmark's fixture, after the caller's one untimed call of
+    ``fn`` (the warm-up whose output was checked) took ``warm_s`` seconds.
+
+    A call of at least ``PEDANTIC_MIN_S``: pedantic mode, one call a round and
+    max(min_rounds, ceil(max_time / warm_s)) rounds, as pytest-benchmark chooses them from
+    its calibration. The checked call was the warm-up, so there is no other: the calibrated
+    mode would add two untimed calls to calibrate (one with its warm-up on), a warm-up round,
+    and one more call after the rounds for the return value, which for a 100 ms call cost
+    more than its timed rounds. A shorter call: the calibrated mode (loops per round chosen
+    from the timer's precision, and its warm-up), whose extra calls cost little there.
+    Returns the mode used.
+    """
+    if warm_s >= PEDANTIC_MIN_S:
+        rounds = max(int(options["min_rounds"]), math.ceil(options["max_time"] / warm_s))
+        benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
+        return "pedantic"
+    benchmark(fn)
+    return "calibrated"
 
 
 # --- threads -------------------------------------------------------------------------------

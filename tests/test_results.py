@@ -175,3 +175,14 @@ def test_old_and_new_names_give_one_resume_key():
            "Lq": 64, "Lk": 64, "D": 8, "mask": "padding", "grad": False}
     assert point_key(new) == point_key(old)
     assert point_key(new) != point_key({**old, "H_kv": 4})
+
+
+def test_the_environment_card_states_both_peaks_and_their_spread():
+    from reports.tables import _peaks
+
+    extra = {"matmul_peak_flops": {"numpy:cpu:float32": 300e9, "torch:cpu:float32": 200e9},
+             "matmul_peak_runs": {"numpy:cpu:float32": {"before": 300e9, "after": 270e9,
+                                                        "spread": 0.1}}}
+    assert _peaks(extra) == [
+        ("numpy:cpu:float32", "300 GFLOP/s (before 300, after 270, spread 10%)"),
+        ("torch:cpu:float32", "200 GFLOP/s")]  # an older file: one measurement

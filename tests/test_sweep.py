@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite import sweep
+from suite import sweep, timing
 from suite.point import Point, point_key
 from suite.timing import flops
 from tests.conftest import PLUGINS, ROOT
@@ -51,6 +51,9 @@ def test_points_record_flops_and_memory(tmp_path):
         assert x["peak_method"] == "rss_hwm_delta" and x["peak_bytes"] >= 0
     facts = doc["machine_info"]["mha_suite"]
     assert facts["matmul_peak_flops"]["numpy:cpu:float32"] > 0
+    run = facts["matmul_peak_runs"]["numpy:cpu:float32"]  # measured before and after the points
+    assert run["before"] > 0 and run["after"] > 0 and run["spread"] is not None
+    assert facts["matmul_peak_flops"]["numpy:cpu:float32"] == max(run["before"], run["after"])
     assert facts["threads"]["requested"] >= 1
 
 
@@ -252,3 +255,37 @@ def test_a_hanging_case_under_check_timeout_is_one_line(cli):
     assert proc.returncode == 1
     lines = [x for x in proc.stdout.splitlines() if "no result within --timeout 2 s" in x]
     assert lines and "Traceback" not in proc.stdout and "time.sleep" not in proc.stdout
+
+
+# --- where a sweep's time goes ---------------------------------------------------------------
+def test_a_long_call_is_timed_with_one_untimed_call_and_the_time_is_accounted(tmp_path,
+                                                                               monkeypatch):
+    """A call of 20 ms: the checked warm-up is its only untimed call (pedantic mode, no
+    calibration, no extra warm-up, no return-value call), and the file says where the
+    sweep's wall time went."""
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("MHA_TEST_CALLS", str(calls))
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.1", "--min-rounds", "3",
+                       "--plugin", str(PLUGINS / "counted.py"), "--impl", "counted.numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (point,) = doc["benchmarks"]
+    assert point["extra_info"]["benchmark_mode"] == "pedantic"
+    assert 3 <= point["stats"]["rounds"] <= 5  # max(min_rounds, ceil(0.1 s / warm-up call))
+    assert len(calls.read_text().splitlines()) == point["stats"]["rounds"] + 1
+    summary = doc["machine_info"]["mha_suite"]["sweep_time"]
+    assert summary["points"] == 1 and summary["timed_s"] == pytest.approx(
+        point["stats"]["total"])
+    assert summary["ratio"] == pytest.approx(
+        summary["wall_s"] / (summary["timed_s"] + summary["compile_s"]))
+    assert "sweep time: " in proc.stdout + proc.stderr
+
+
+def test_a_short_call_keeps_pytest_benchmarks_calibration(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for b in doc["benchmarks"]:  # the rule, point by point; sub-millisecond calls calibrate
+        x = b["extra_info"]
+        long_call = x["warm_s"] >= timing.PEDANTIC_MIN_S
+        assert x["benchmark_mode"] == ("pedantic" if long_call else "calibrated")
+    assert "calibrated" in {b["extra_info"]["benchmark_mode"] for b in doc["benchmarks"]}

@@ -74,17 +74,20 @@ def test_point(benchmark, sweep_point, request):
         st = impl.prepare(p, device, dtype, grad=point.grad)
         prepare_s = time.perf_counter() - start
         compile_s = st.get("compile_s") if isinstance(st, dict) else getattr(st, "compile_s", None)
-        handle = impl.run(st)  # untimed: a warm-up whose output is checked
+        start = time.perf_counter()
+        handle = impl.run(st)  # untimed: the warm-up, and the call whose output is checked
         impl.synchronize(st)
+        warm_s = time.perf_counter() - start
         invalid = check_output(impl.fetch(st, handle), (B, L, point.E))  # untimed
+        check_s = time.perf_counter() - start
     except Exception as exc:  # recorded for this point; the sweep goes on
         _not_measured(request, extra, exc)
     if invalid:
         record_not_measured(config, extra, "invalid-output", invalid)
         note(config, f"invalid-output: {request.node.callspec.id}: {invalid}"[:300])
         pytest.skip(f"invalid-output: {invalid}")
-    extra.update(compile_s=compile_s, prepare_s=prepare_s, verified=VERIFIED, status="ok",
-                 reason=None)
+    extra.update(compile_s=compile_s, prepare_s=prepare_s, warm_s=warm_s, check_s=check_s,
+                 verified=VERIFIED, status="ok", reason=None)
     benchmark.extra_info.update(extra)
 
     def timed():
@@ -94,11 +97,14 @@ def test_point(benchmark, sweep_point, request):
     try:
         # The peak over the point's calls (buffers are freed between them), read outside
         # the timed calls: no extra untimed call just for memory.
+        start = time.perf_counter()
         with timing.peak_memory(impl.framework, device) as mem:
-            benchmark(timed)
+            mode = timing.run_benchmark(benchmark, timed, warm_s, _spec(config)["timing"])
+        bench_s = time.perf_counter() - start
     except Exception as exc:
         _not_measured(request, extra, exc)
-    benchmark.extra_info.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"])
+    benchmark.extra_info.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
+                                benchmark_s=bench_s, benchmark_mode=mode)
     median = benchmark.stats.stats.median
     benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
     record_point(config, benchmark.stats.as_dict(include_data=False))  # finished: saved
