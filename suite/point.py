@@ -64,13 +64,6 @@ class Point:
         """The point's fields as ``extra_info`` records them (E included)."""
         return {**dataclasses.asdict(self), "E": self.E}
 
-    @classmethod
-    def from_info(cls, info: Dict[str, Any]) -> Point:
-        """A point from a dict with the letters or the old names (unknown keys ignored)."""
-        info = normalise(info)
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in info.items() if k in fields and v is not None})
-
     def id(self) -> str:
         return (f"{self.dtype}-L{self.L}" + (f"-S{self.S}" if self.S != self.L else "")
                 + f"-H{self.H}" + (f"-K{self.K}" if self.K != self.H else "")
