@@ -48,7 +48,7 @@ def conformance(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """A sweep (default preset); posargs go to `mha-suite sweep`."""
-    install(session)
+    session.install("-e", f".[{RUN_EXTRAS}]", "-c", CPU_CONSTRAINTS)
     session.run("mha-suite", "sweep", *(session.posargs or ["--preset", "default",
                                                             "--out", RESULTS]))
 
@@ -83,10 +83,17 @@ def report(session: nox.Session) -> None:
     session.run("mha-suite", "report", *(session.posargs or [RESULTS]))
 
 
+# What the main job needs: the built-in frameworks, the report, and Hypothesis (its
+# property-based conformance cases); not the linters and test tools of the `dev` extra,
+# nor optional frameworks' extras (installed, they would be checked and swept too).
+RUN_EXTRAS = "torch,jax,report"
+RUN_PACKAGES = ["hypothesis>=6.90"]
+
+
 @nox.session
 def run(session: nox.Session) -> None:
     """The main job: conformance + the default sweep + the HTML report."""
-    install(session)
+    session.install("-e", f".[{RUN_EXTRAS}]", *RUN_PACKAGES, "-c", CPU_CONSTRAINTS)
     session.run("mha-suite", "run", "--out", RESULTS, *session.posargs)
 
 

@@ -58,7 +58,7 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
             "counts": {v: int(counts.get(v, 0)) for v in
                        ("regression", "improvement", "within noise")},
             "figs": figures.baseline_ratios(cmp, styles),
-            "columns": [c for c in ("machine", "impl", "device", "dtype", "mask", "H", "Lq")
+            "columns": [c for c in ("machine", "impl", "device", "dtype", "mask", "H", "L")
                         if c in cmp and (c not in ("machine", "dtype") or cmp[c].nunique() > 1)],
             "rows": [{**r, "median_ms": r["median_s"] * 1e3,
                       "median_ms_base": r["median_s_base"] * 1e3}

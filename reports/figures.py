@@ -193,13 +193,13 @@ def _title(fig: plt.Figure, text: str) -> None:
 def length_subset(ok: pd.DataFrame) -> pd.DataFrame:
     """Points whose (device, dtype, B, D, H, mask) group has three or more lengths."""
     keys = ["machine", "device", "dtype", "B", "D", "H", "mask", "grad"]
-    n = ok.groupby(keys, dropna=False)["Lq"].transform("nunique")
+    n = ok.groupby(keys, dropna=False)["L"].transform("nunique")
     return ok[n >= 3]
 
 
 def heads_subset(ok: pd.DataFrame) -> pd.DataFrame:
-    """Points whose (device, dtype, B, D, Lq, mask) group has three or more head counts."""
-    keys = ["machine", "device", "dtype", "B", "D", "Lq", "mask", "grad"]
+    """Points whose (device, dtype, B, D, L, mask) group has three or more head counts."""
+    keys = ["machine", "device", "dtype", "B", "D", "L", "mask", "grad"]
     n = ok.groupby(keys, dropna=False)["H"].transform("nunique")
     return ok[n >= 3]
 
@@ -212,7 +212,7 @@ def time_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     for device, d in length_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "grad"])
-        fig = _lines(d, "Lq", "time_ms", "panel", "mask", style, "median time per call (ms)",
+        fig = _lines(d, "L", "time_ms", "panel", "mask", style, "median time per call (ms)",
                      "sequence length L (= S)", styles,
                      guides={2.0: "n²"}, col_template="mask: {col_name}")
         _title(fig, f"Time vs sequence length on {device} (log-log; dashed: n²)")
@@ -227,7 +227,7 @@ def time_vs_heads(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     out = []
     for device, d in heads_subset(ok).groupby("device"):
         d = d.assign(time_ms=d["median_s"] * 1e3,
-                     panel=panel_label(d, ["dtype", "B", "D", "Lq"], ["Lq"]))
+                     panel=panel_label(d, ["dtype", "B", "D", "L"], ["L"]))
         d, style = with_style(d, ["machine", "grad"])
         fig = _lines(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
                      "head count H (E = H·D)", styles,
@@ -249,7 +249,7 @@ def throughput(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
             d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
             d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
         long = long[np.isfinite(long["value"])]
-        fig = _lines(long, "Lq", "value", "panel", "metric", style, "", "sequence length L",
+        fig = _lines(long, "L", "value", "panel", "metric", style, "", "sequence length L",
                      styles, logy=False)
         for ax in fig.axes:
             ax.set_ylim(bottom=0)
@@ -267,7 +267,7 @@ def memory_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     for device, d in length_subset(measured).groupby("device"):
         d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]))
         d, style = with_style(d, ["machine", "mask", "grad"])
-        fig = _lines(d, "Lq", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
+        fig = _lines(d, "L", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
                      style, "peak memory (MiB)", "sequence length L", styles,
                      guides={1.0: "n", 2.0: "n²"})
         _title(fig, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")

@@ -25,7 +25,7 @@ PathLike = Union[str, Path]
 
 SWEEP_COLUMNS = [
     "machine", "source", "datetime", "commit", "impl", "framework", "framework_version",
-    "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "E", "D", "mask", "grad",
+    "device", "dtype", "B", "H", "K", "L", "S", "E", "D", "mask", "grad",
     "median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "rounds",
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
     "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason"]
@@ -34,7 +34,7 @@ CONFORMANCE_COLUMNS = [
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",
     "k", "atol", "reason"]
 # What identifies a point: the same point from two files of one machine is a rerun.
-POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "E", "D",
+POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "E", "D",
               "mask", "grad"]
 FIT_KEYS = ["machine", "impl", "device", "dtype", "mask", "H", "B", "D"]
 NUMERIC = ["median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "flops",
@@ -127,7 +127,7 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
     """Fit the cost model t(L) = a + b·L + c·L² per group and report its scaling at the
     largest length.
 
-    Groups: ``FIT_KEYS`` (plus ``grad`` and ``H_kv`` when present: forward and backward
+    Groups: ``FIT_KEYS`` (plus ``grad`` and ``K`` when present: forward and backward
     never share a fit). Times are each point's fastest round (``min_s``, ``median_s``
     where a file lacks it): on a shared machine other work only ever adds time. Every
     measured length is used: the constant and linear terms take
@@ -145,15 +145,15 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
     if min_points < 4:
         raise ValueError(f"min_points: expected >= 4 (three terms and an interval need "
                          f"n - 3 > 0), got {min_points}")
-    keys = FIT_KEYS + [k for k in ("grad", "H_kv") if k in df.columns]
+    keys = FIT_KEYS + [k for k in ("grad", "K") if k in df.columns]
     columns = [*keys, "exponent", "ci_low", "ci_high", "quadratic_share", "n_points", "L_min",
                "L_max"]
     # The fastest round: on a shared machine other work only ever adds time to a call.
     time = "min_s" if "min_s" in df.columns and df["min_s"].notna().all() else "median_s"
-    ok = df[(df["status"] == "ok") & (df[time] > 0) & (df["Lq"] > 0)]
+    ok = df[(df["status"] == "ok") & (df[time] > 0) & (df["L"] > 0)]
     rows = []
     for key, g in ok.groupby(keys, dropna=False, sort=True):
-        per_length = g.groupby("Lq")[time].median()  # (n,)
+        per_length = g.groupby("L")[time].median()  # (n,)
         if len(per_length) < min_points:
             continue
         lengths, t = per_length.index.to_numpy(float), per_length.to_numpy(float)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -16,8 +16,8 @@ OUTCOME_ORDER = ["fail", "error", "flaky", "known_failure", "deviation", "unsupp
                  "pass"]  # worst first
 SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "flaky": "FLAKY",
          "known_failure": "known failure", "deviation": "deviation", "unsupported": "unsupported"}
-RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "Lq"]
-COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk", "D", "mask",
+RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "L"]
+COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "D", "mask",
                 "grad"]
 
 
@@ -37,13 +37,27 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
             card.update(
                 preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
                 gpus=extra.get("gpus") or [], threads=_threads(extra.get("threads") or {}),
-                peaks=[(k, v / 1e9) for k, v in sorted(
-                    (extra.get("matmul_peak_flops") or {}).items())],
+                peaks=_peaks(extra),
                 points=len(d.doc.get("benchmarks") or []),
                 not_measured=len(d.doc.get("mha_suite_not_measured") or []))
         else:
             card.update(preset=None, cases=len(d.doc.get("results") or []))
         out.append(card)
+    return out
+
+
+def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(framework:device:dtype, text) per matmul peak: the higher of the two measurements
+    (before and after the points; shares use it), both, and their spread."""
+    runs = extra.get("matmul_peak_runs") or {}
+    out = []
+    for key, best in sorted((extra.get("matmul_peak_flops") or {}).items()):
+        text = f"{best / 1e9:.0f} GFLOP/s"
+        run = runs.get(key) or {}
+        if run.get("before") is not None and run.get("after") is not None:
+            text += (f" (before {run['before'] / 1e9:.0f}, after {run['after'] / 1e9:.0f}, "
+                     f"spread {100 * run['spread']:.0f}%)")
+        out.append((key, text))
     return out
 
 
@@ -215,7 +229,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     """
     if ok.empty:
         return pd.DataFrame()
-    keys = [k for k in RANK_KEYS if k in ("mask", "H", "Lq") or ok[k].nunique() > 1]
+    keys = [k for k in RANK_KEYS if k in ("mask", "H", "L") or ok[k].nunique() > 1]
     med = ok.groupby([*keys, "impl"], dropna=False)["median_s"].median().reset_index()
     base = med[med["impl"] == baseline_impl].set_index(keys)["median_s"]
     column = ("fastest first, speed-up over " + baseline_impl) if baseline_impl else \
@@ -237,10 +251,10 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
 
 def fastest(ok: pd.DataFrame) -> pd.DataFrame:
     """The fastest implementation per device, mask and length of the length sweep."""
-    keys = [k for k in RANK_KEYS if k in ("device", "mask", "H", "Lq") or ok[k].nunique() > 1]
+    keys = [k for k in RANK_KEYS if k in ("device", "mask", "H", "L") or ok[k].nunique() > 1]
     idx = ok.groupby(keys, dropna=False)["median_s"].idxmin()
     best = ok.loc[idx, [*keys, "impl", "median_s"]]
-    table = best.pivot_table(index=[k for k in keys if k != "Lq"], columns="Lq",
+    table = best.pivot_table(index=[k for k in keys if k != "L"], columns="L",
                              values="impl", aggfunc="first")
     table.columns = [f"L={c}" for c in table.columns]
     return table.reset_index().fillna("-")
@@ -282,7 +296,7 @@ def not_measured(df: pd.DataFrame) -> pd.DataFrame:
             or k in ("impl", "device")] + ["status", "reason"]
     rows = []
     for key, g in bad.groupby(keys, dropna=False, sort=True):
-        pts = sorted({(int(r.Lq), int(r.H), str(r.mask)) for r in g.itertuples()})
+        pts = sorted({(int(r.L), int(r.H), str(r.mask)) for r in g.itertuples()})
         rows.append({**dict(zip(keys, key)), "points": len(g),
                      "which (L, H, mask)": ", ".join(f"{L}/{H}/{m}" for L, H, m in pts[:12])
                      + (" ..." if len(pts) > 12 else "")})

@@ -179,14 +179,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as exc:
         raise CLIError(str(exc)) from None
     records.check_writable(out / "report.html", "--out")
+    steps = {}  # seconds per step, printed at the end: where the main job's time went
     print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
+    start = time.monotonic()
     check_code = cmd_check(check_args)
+    steps["conformance"] = time.monotonic() - start
     print(f"[2/3] sweep (preset {args.preset}) -> {out}", flush=True)
+    start = time.monotonic()
     sweep_code = sweep.run(sweep_args)
+    steps["sweep"] = time.monotonic() - start
     print("[3/3] report", flush=True)
+    start = time.monotonic()
     report = build_report([str(out)], out / "report.html")
+    steps["report"] = time.monotonic() - start
     minutes = (time.monotonic() - started) / 60
-    print(f"report: {report.resolve()}  ({minutes:.1f} min)")
+    print(f"report: {report.resolve()}  ({minutes:.1f} min: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in steps.items()) + ")")
     if check_code not in (0, 5):
         print("conformance found failures: see the report's matrix", file=sys.stderr)
     return max(check_code if check_code != 5 else 0, sweep_code)

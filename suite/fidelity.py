@@ -68,15 +68,14 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
 
 def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
     from suite import registry
-    from suite.sweep import point_problem
+    from suite.sweep import Point, point_problem
 
     # Unknown names fail here, before anything is timed.
     entries = {e.name: e for e in registry.build(plugins=args.plugin).select(
         args.impl, available_only=False)}
     with tempfile.TemporaryDirectory() as tmp:
         swept = sweep_medians(args, Path(tmp))
-    point = {"batch": 1, "length": args.length, "head_dim": args.head_dim, "H": args.heads,
-             "mask": "none"}
+    point = Point(B=1, L=args.length, H=args.heads, D=args.head_dim)
     rows = []
     for name in args.impl:
         entry = entries[name]
@@ -108,7 +107,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help=f"implementations (repeatable; default {', '.join(DEFAULT_IMPLS)})")
     p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
                    help="register module:Class or path/to/file.py[:Class] (repeatable)")
-    p.add_argument("--length", type=int, default=1024, help="Lq = Lk (default 1024)")
+    p.add_argument("--length", type=int, default=1024, help="L = S (default 1024)")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", dest="head_dim", type=int, default=64)
     p.add_argument("--max-time", dest="max_time", type=float, default=2.0,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Un
 
 from filelock import FileLock, Timeout
 
-from suite.timing import point_key
+from suite.point import normalise, point_key
 
 PathLike = Union[str, Path]
 CONFORMANCE_KIND = "mha-suite/conformance"
@@ -346,12 +346,12 @@ def sweep_rows(d: Document) -> List[dict]:
     """One dict per point of a sweep file, measured (its stats as ``*_s``) or not."""
     rows = []
     for b in d.doc["benchmarks"]:
-        row = dict(b["extra_info"])
+        row = normalise(b["extra_info"])
         row.update({col: b["stats"].get(key) for col, key in STATS.items()})
         row["status"] = row.get("status") or "ok"
         rows.append(row)
     for x in d.doc.get("mha_suite_not_measured") or []:
-        rows.append({**x, "status": x.get("status") or "error"})
+        rows.append({**normalise(x), "status": x.get("status") or "error"})
     return rows
 
 

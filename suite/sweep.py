@@ -9,6 +9,7 @@ another without paying for the whole cross product.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -18,11 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from suite import shard
+from suite.point import MASK_ALIASES, MASK_FEATURE, MASKS, Point  # noqa: F401
 
 POINT_TIMEOUT_S = 1800.0  # one point, all its rounds: the largest CPU points take minutes
-# Sweep masks and the feature each needs of an implementation.
-MASK_FEATURE = {"none": None, "causal": "causal", "padding": "valid_lens"}
-MASKS = tuple(MASK_FEATURE)
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 AXES = ("lengths", "heads", "kv_heads", "batch", "head_dim", "dtype", "mask", "device", "grad")
 
@@ -99,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_ints, help="batch sizes")
     p.add_argument("--head-dim", dest="head_dim", type=_ints, help="head widths D (E = H*D)")
     p.add_argument("--dtype", type=_words, help="dtypes, e.g. float32,bfloat16")
-    p.add_argument("--mask", type=_words, help="masks: none, causal, padding")
+    p.add_argument("--mask", type=_words,
+                   help="masks: none, causal, valid_lens (key padding; 'padding' is accepted too)")
     p.add_argument("--device", type=_words, action="extend",
                    help="device prefixes, e.g. cpu or cuda (default: the preset's)")
     p.add_argument("--grad", action="store_true", help="time forward + backward")
@@ -129,6 +129,8 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
     overrides = {a: getattr(args, a, None) for a in AXES if getattr(args, a, None)}
     if getattr(args, "grad", False):
         overrides["grad"] = [True]
+    if "mask" in overrides:
+        overrides["mask"] = [MASK_ALIASES.get(m, m) for m in overrides["mask"]]
     for axis, known in (("mask", MASKS), ("dtype", DTYPES)):
         bad = sorted(set(overrides.get(axis, [])) - set(known))
         if bad:
@@ -143,12 +145,14 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
     for block in preset["blocks"]:
         axes = {"kv_heads": [None], "grad": [False], **preset["defaults"], **block, **overrides}
         for values in itertools.product(*(axes[a] for a in AXES)):
-            point = dict(zip(AXES, values))
-            point["length"] = point.pop("lengths")
-            point["H"] = point.pop("heads")
-            if point["kv_heads"] is not None and point["H"] % point["kv_heads"]:
+            a = dict(zip(AXES, values))
+            if a["kv_heads"] is not None and a["heads"] % a["kv_heads"]:
                 raise argparse.ArgumentTypeError(
-                    f"--kv-heads {point['kv_heads']} does not divide heads {point['H']}")
+                    f"--kv-heads {a['kv_heads']} does not divide heads {a['heads']}")
+            point = dataclasses.asdict(Point(
+                B=a["batch"], L=a["lengths"], H=a["heads"], K=a["kv_heads"] or 0,
+                D=a["head_dim"], dtype=a["dtype"], mask=a["mask"], device=a["device"],
+                grad=a["grad"]))  # plain data: the spec travels to pytest as JSON
             if point not in points:
                 points.append(point)
     timing = dict(preset["timing"])
@@ -158,21 +162,18 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
     return {"preset": args.preset, "points": points, "timing": timing}
 
 
-def point_problem(point: Dict[str, Any]):
-    """The seeded problem of a sweep point (self-attention, Lq = Lk = length, E = H * D)."""
+def point_problem(point: Point):
+    """The seeded problem of a sweep point (E = H * D; S = L for the presets' points)."""
     import numpy as np
 
     from suite.problem import Mask, make_problem
 
-    B, L, D, H = point["batch"], point["length"], point["head_dim"], point["H"]
-    K = point.get("kv_heads") or H
+    B, S = point.B, point.S
     mask = {"none": Mask(), "causal": Mask(causal=True),
-            # padding: a quarter of the keys padded out in every other batch item
-            "padding": Mask(valid_lens=np.array([L if b % 2 == 0 else max(1, 3 * L // 4)
-                                                 for b in range(B)]))}
-    if point["mask"] not in mask:
-        raise ValueError(f"mask: expected one of {sorted(mask)}, got {point['mask']!r}")
-    return make_problem(0, B, L, L, H * D, H, K, mask=mask[point["mask"]])
+            # key padding: a quarter of the keys padded out in every other batch item
+            "valid_lens": Mask(valid_lens=np.array([S if b % 2 == 0 else max(1, 3 * S // 4)
+                                                    for b in range(B)]))}
+    return make_problem(0, B, point.L, S, point.E, point.H, point.K, mask=mask[point.mask])
 
 
 def results_path(args: argparse.Namespace) -> Path:

@@ -7,6 +7,7 @@ already imported by a plugin (``sys.modules``), so nothing here pulls one in.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -15,23 +16,50 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import numpy as np
 
 from suite.environment import cpu_model, library_versions
+from suite.point import Point, point_key  # noqa: F401  (point_key: re-exported)
 
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
 # --- FLOPs ---------------------------------------------------------------------------------
-def flops(B: int, H: int, K: int, L: int, S: int, E: int, D: int, causal: bool,
-          grad: bool = False) -> Dict[str, float]:
-    """Forward FLOPs (x3.5 with the backward, which costs 2.5x the forward).
+def flops(point: Point) -> Dict[str, float]:
+    """The point's FLOPs: forward, x3.5 with the backward (which costs 2.5x the forward).
 
     attention = 4·B·H·L·S·D (q·k and p·v, 2 FLOPs a multiply-add), halved when causal;
     projections = 2·B·(L·E·H·D + 2·S·E·K·D + L·H·D·E).
     """
-    attention = 4.0 * B * H * L * S * D * (0.5 if causal else 1.0)
+    B, L, S, H, K, D, E = point.B, point.L, point.S, point.H, point.K, point.D, point.E
+    attention = 4.0 * B * H * L * S * D * (0.5 if point.causal else 1.0)
     projections = 2.0 * B * (L * E * H * D + 2 * S * E * K * D + L * H * D * E)
-    factor = 3.5 if grad else 1.0
+    factor = 3.5 if point.grad else 1.0
     return {"flops_attention": attention * factor, "flops_projections": projections * factor,
             "flops": (attention + projections) * factor}
+
+
+# --- timing a point ----------------------------------------------------------------------
+PEDANTIC_MIN_S = 0.005  # a call at least this long is timed one call a round, uncalibrated
+
+
+def run_benchmark(benchmark: Any, fn: Callable[[], Any], warm_s: float,
+                  options: Dict[str, Any]) -> str:
+    """Time ``fn`` with pytest-benchmark's fixture, after the caller's one untimed call of
+    ``fn`` (the warm-up whose output was checked) took ``warm_s`` seconds.
+
+    A call of at least ``PEDANTIC_MIN_S``: pedantic mode, one call a round and
+    max(min_rounds, ceil(max_time / warm_s)) rounds, as pytest-benchmark chooses them from
+    its calibration. The checked call was the warm-up, so there is no other: the calibrated
+    mode would add two untimed calls to calibrate (one with its warm-up on), a warm-up round,
+    and one more call after the rounds for the return value, which for a 100 ms call cost
+    more than its timed rounds. A shorter call: the calibrated mode (loops per round chosen
+    from the timer's precision, and its warm-up), whose extra calls cost little there.
+    Returns the mode used.
+    """
+    if warm_s >= PEDANTIC_MIN_S:
+        rounds = max(int(options["min_rounds"]), math.ceil(options["max_time"] / warm_s))
+        benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
+        return "pedantic"
+    benchmark(fn)
+    return "calibrated"
 
 
 # --- threads -------------------------------------------------------------------------------
@@ -263,18 +291,12 @@ def available_bytes(device: str) -> Optional[int]:
     return None if kb is None else kb * 1024
 
 
-def predicted_bytes(B: int, H: int, K: int, L: int, S: int, E: int, D: int, dtype: str,
-                    memory_model: str = "quadratic", grad: bool = False) -> int:
+def predicted_bytes(point: Point, memory_model: str = "quadratic") -> int:
     """A generous estimate of the peak: inputs, projections, and the (B, H, L, S) scores
     (three live copies: logits, exp, weights; x2 with the backward) unless linear."""
-    b = BYTES[dtype]
+    B, L, S, H, K, D, E = point.B, point.L, point.S, point.H, point.K, point.D, point.E
+    grad, b = point.grad, BYTES[point.dtype]
     linear = b * (B * (L + 2 * S) * E * 3 + 4 * E * E + B * (L * H + 2 * S * K) * D * 3)
     if memory_model == "linear":
         return int(linear * (3 if grad else 1) + 64 * 2**20)
     return int(linear + 3 * b * B * H * L * S * (2 if grad else 1))
-
-
-def point_key(extra: Dict[str, Any]) -> Tuple:
-    """Identity of a sweep point, for --resume."""
-    return tuple(extra.get(k) for k in ("impl", "device", "dtype", "B", "H", "H_kv", "Lq", "Lk",
-                                        "D", "mask", "grad"))

@@ -90,7 +90,7 @@ def _synthetic(exponent, lengths, noise=0.03, seed=0, **keys):
     rng = np.random.default_rng(seed)
     base = {"machine": "m", "impl": "x", "device": "cpu", "dtype": "float32", "mask": "none",
             "H": 8, "B": 1, "D": 64, "status": "ok"}
-    return pd.DataFrame([{**base, **keys, "Lq": L,
+    return pd.DataFrame([{**base, **keys, "L": L,
                           "median_s": 1e-9 * L**exponent * np.exp(rng.normal(0, noise))}
                          for L in lengths])
 
@@ -110,7 +110,7 @@ def test_fit_exponent_is_the_cost_models_local_exponent_at_the_largest_length(a,
     # time = overhead + linear + quadratic: a log-log line through these bends
     lengths = [2**k for k in range(7, 13)]
     df = pd.DataFrame([{"machine": "m", "impl": "x", "device": "cpu", "dtype": "float32",
-                        "mask": "none", "H": 1, "B": 1, "D": 64, "status": "ok", "Lq": L,
+                        "mask": "none", "H": 1, "B": 1, "D": 64, "status": "ok", "L": L,
                         "median_s": a + b * L + c * L**2} for L in lengths])
     fit = fit_exponent(df).iloc[0]
     L = lengths[-1]
@@ -153,3 +153,36 @@ def test_fit_exponent_uses_the_fastest_round_when_files_have_it():
     assert fit["exponent"] == pytest.approx(2.0, abs=1e-6)
     assert fit_exponent(contended.drop(columns="min_s")).iloc[0]["exponent"] != \
         pytest.approx(2.0, abs=0.05)
+
+
+def test_files_with_the_old_names_read_as_the_problems_letters():
+    """Sweep files written before the letters (Lq, Lk, H_kv) give L, S and K columns."""
+    raw = [json.loads(p.read_text()) for p in sorted((FIXTURES / "real").glob("*.json"))]
+    old = [b["extra_info"] for d in raw for b in d.get("benchmarks", [])]
+    assert old and all("Lq" in x and "L" not in x for x in old)  # the fixture is old-named
+    sweeps, _ = load([FIXTURES / "real"])
+    assert not {"Lq", "Lk", "H_kv"} & set(sweeps.columns)
+    measured = sweeps[sweeps["status"] == "ok"]
+    assert set(measured["L"]) == {x["Lq"] for x in old}
+    assert (measured["S"] == measured["L"]).all() and (measured["K"] == measured["H"]).all()
+
+
+def test_old_and_new_names_give_one_resume_key():
+    from suite.point import Point, point_key
+
+    new = {"impl": "numpy", **Point(B=1, L=64, H=4, K=2, D=8, mask="valid_lens").info()}
+    old = {"impl": "numpy", "device": "cpu", "dtype": "float32", "B": 1, "H": 4, "H_kv": 2,
+           "Lq": 64, "Lk": 64, "D": 8, "mask": "padding", "grad": False}
+    assert point_key(new) == point_key(old)
+    assert point_key(new) != point_key({**old, "H_kv": 4})
+
+
+def test_the_environment_card_states_both_peaks_and_their_spread():
+    from reports.tables import _peaks
+
+    extra = {"matmul_peak_flops": {"numpy:cpu:float32": 300e9, "torch:cpu:float32": 200e9},
+             "matmul_peak_runs": {"numpy:cpu:float32": {"before": 300e9, "after": 270e9,
+                                                        "spread": 0.1}}}
+    assert _peaks(extra) == [
+        ("numpy:cpu:float32", "300 GFLOP/s (before 300, after 270, spread 10%)"),
+        ("torch:cpu:float32", "200 GFLOP/s")]  # an older file: one measurement

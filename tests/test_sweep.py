@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from suite import sweep
-from suite.timing import flops, point_key
+from suite import sweep, timing
+from suite.point import Point, point_key
+from suite.timing import flops
 from tests.conftest import PLUGINS, ROOT
 
 TINY = ["--preset", "ci", "--lengths", "16,32,64", "--heads", "1", "--mask", "none",
@@ -44,11 +45,15 @@ def test_points_record_flops_and_memory(tmp_path):
     assert len(doc["benchmarks"]) == 3
     for b in doc["benchmarks"]:
         x = b["extra_info"]
-        assert x["flops"] == flops(1, 1, 1, x["Lq"], x["Lk"], 8, 8, False)["flops"]
+        assert (x["L"], x["S"], x["K"], x["E"]) == (x["L"], x["L"], 1, 8)
+        assert x["flops"] == flops(Point(B=1, L=x["L"], H=1, D=8))["flops"]
         assert x["flops_per_s"] == pytest.approx(x["flops"] / b["stats"]["median"])
         assert x["peak_method"] == "rss_hwm_delta" and x["peak_bytes"] >= 0
     facts = doc["machine_info"]["mha_suite"]
     assert facts["matmul_peak_flops"]["numpy:cpu:float32"] > 0
+    run = facts["matmul_peak_runs"]["numpy:cpu:float32"]  # measured before and after the points
+    assert run["before"] > 0 and run["after"] > 0 and run["spread"] is not None
+    assert facts["matmul_peak_flops"]["numpy:cpu:float32"] == max(run["before"], run["after"])
     assert facts["threads"]["requested"] >= 1
 
 
@@ -93,7 +98,7 @@ def test_grid_overrides_and_bad_values():
     sweep.add_arguments(parser)
     spec = sweep.grid(parser.parse_args(["--preset", "default", "--lengths", "128,256",
                                          "--heads", "2", "--mask", "causal"]))
-    assert {(p["length"], p["H"], p["mask"]) for p in spec["points"]} == {
+    assert {(p["L"], p["H"], p["mask"]) for p in spec["points"]} == {
         (128, 2, "causal"), (256, 2, "causal")}
     with pytest.raises(SystemExit):
         parser.parse_args(["--lengths", "12x"])
@@ -120,7 +125,7 @@ def test_bad_mask_name_is_one_line(cli):
     proc = cli("sweep", "--mask", "diagonal", "--out", "/tmp/never")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("mha-suite: error: --mask: expected some of none, causal, "
-                                   "padding, got diagonal")
+                                   "valid_lens, got diagonal")
 
 
 # --- no finished point is lost; no unfinished one is saved -----------------------------------
@@ -200,7 +205,7 @@ def test_two_sweeps_into_one_out_keep_every_point(tmp_path):
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
     doc = json.loads((tmp_path / "sweep-ci.json").read_text())
-    assert sorted(b["extra_info"]["Lq"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
+    assert sorted(b["extra_info"]["L"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
 
 
 def test_a_rerun_without_resume_keeps_points_it_does_not_measure(tmp_path):
@@ -250,3 +255,37 @@ def test_a_hanging_case_under_check_timeout_is_one_line(cli):
     assert proc.returncode == 1
     lines = [x for x in proc.stdout.splitlines() if "no result within --timeout 2 s" in x]
     assert lines and "Traceback" not in proc.stdout and "time.sleep" not in proc.stdout
+
+
+# --- where a sweep's time goes ---------------------------------------------------------------
+def test_a_long_call_is_timed_with_one_untimed_call_and_the_time_is_accounted(tmp_path,
+                                                                               monkeypatch):
+    """A call of 20 ms: the checked warm-up is its only untimed call (pedantic mode, no
+    calibration, no extra warm-up, no return-value call), and the file says where the
+    sweep's wall time went."""
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("MHA_TEST_CALLS", str(calls))
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.1", "--min-rounds", "3",
+                       "--plugin", str(PLUGINS / "counted.py"), "--impl", "counted.numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (point,) = doc["benchmarks"]
+    assert point["extra_info"]["benchmark_mode"] == "pedantic"
+    assert 3 <= point["stats"]["rounds"] <= 5  # max(min_rounds, ceil(0.1 s / warm-up call))
+    assert len(calls.read_text().splitlines()) == point["stats"]["rounds"] + 1
+    summary = doc["machine_info"]["mha_suite"]["sweep_time"]
+    assert summary["points"] == 1 and summary["timed_s"] == pytest.approx(
+        point["stats"]["total"])
+    assert summary["ratio"] == pytest.approx(
+        summary["wall_s"] / (summary["timed_s"] + summary["compile_s"]))
+    assert "sweep time: " in proc.stdout + proc.stderr
+
+
+def test_a_short_call_keeps_pytest_benchmarks_calibration(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for b in doc["benchmarks"]:  # the rule, point by point; sub-millisecond calls calibrate
+        x = b["extra_info"]
+        long_call = x["warm_s"] >= timing.PEDANTIC_MIN_S
+        assert x["benchmark_mode"] == ("pedantic" if long_call else "calibrated")
+    assert "calibrated" in {b["extra_info"]["benchmark_mode"] for b in doc["benchmarks"]}

@@ -8,13 +8,16 @@ point is never recorded. ``--resume`` runs only the points not measured in the f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import time
 from typing import Any, Dict, List
 
 import pytest
 
 from suite import pytest_plugin, records, shard, timing
+from suite.point import Point
 from suite.pytest_plugin import Timeout
 
 SPEC = pytest.StashKey[dict]()
@@ -50,7 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
     done = records.measured_keys(spec["out"]) if spec.get("resume") else set()
     config.stash[STATE] = {"done": done, "points": [], "not_measured": [], "run_info": None,
                            "count": 0, "saved": 0, "interrupted": False,
-                           "threads": timing.pin_threads(spec.get("threads")), "progress": None}
+                           "threads": timing.pin_threads(spec.get("threads")), "progress": None,
+                           # the sweep's wall time runs from here: collection (registry,
+                           # framework imports) included
+                           "started": time.perf_counter(), "peak_s": 0.0, "save_s": 0.0}
 
 
 def _is_sweep_run(config: pytest.Config) -> bool:
@@ -71,15 +77,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for device in entry.impl.devices():
             if (entry.name, device) not in mine:
                 continue
-            for point in spec["points"]:
-                if not device.startswith(point["device"]):
+            for fields in spec["points"]:
+                if not device.startswith(fields["device"]):
                     continue
                 if not pytest_plugin.device_selected(config, device):
                     continue
+                point = dataclasses.replace(Point(**fields), device=device)
                 params.append((entry, device, point))
-                ids.append(f"{entry.name}-{device}-{point['dtype']}-L{point['length']}"
-                           f"-H{point['H']}-B{point['batch']}-D{point['head_dim']}-{point['mask']}"
-                           + ("-grad" if point["grad"] else ""))
+                ids.append(f"{entry.name}-{device}-{point.id()}")
     metafunc.parametrize("sweep_point", params, ids=ids)
 
 
@@ -95,9 +100,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         param = cs.params.get("sweep_point") if cs else None
         if isinstance(param, tuple):  # not pytest's placeholder of an empty grid
             entry, device, point = param
-            combos.add((entry.impl.framework, device, point["dtype"]))
+            combos.add((entry.impl.framework, device, point.dtype))
     state["combos"] = combos
+    start = time.perf_counter()
     state["run_info"] = records.run_info(config)
+    state["peak_s"] = time.perf_counter() - start
     from suite.progress import progress_bar
 
     progress = progress_bar("sweep")
@@ -166,9 +173,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if facts and state["count"]:  # the peak again, after the points: both are kept
         before = {k: v["before"] for k, v in facts["matmul_peak_runs"].items()
                   if v["before"] is not None}
+        start = time.perf_counter()
         after = timing.matmul_peaks(state.get("peak_combos", ()))
+        state["peak_s"] = state.get("peak_s", 0.0) + time.perf_counter() - start
         facts["matmul_peak_flops"], facts["matmul_peak_runs"] = timing.combine_peaks(before, after)
-    save(session.config)
+    if facts and state["points"]:
+        facts["sweep_time"] = summary = time_summary(state)
+        note(session.config, "sweep time: " + format_summary(summary))
+    save(session.config, facts_changed=bool(facts and state["count"]))
     if state["progress"] is not None:
         state["progress"].stop()
     if _INTERRUPTED:
@@ -177,6 +189,33 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         print(f"mha-suite: interrupted: the {n} points finished in this run are saved in "
               f"{_spec(session.config)['out']}; the point in progress was not "
               "(run again with --resume to finish)", file=sys.stderr)
+
+
+def time_summary(state: Dict[str, Any]) -> Dict[str, Any]:
+    """Where this run's wall time went, in seconds, and wall / (timed + compile): the
+    timed samples are pytest-benchmark's totals of the rounds."""
+    points = state["points"]
+    total = {k: sum((b["extra_info"].get(k) or 0.0) for b in points)
+             for k in ("prepare_s", "compile_s", "check_s", "benchmark_s")}
+    timed = sum(b["stats"]["total"] for b in points)
+    wall = time.perf_counter() - state["started"]
+    accounted = total["prepare_s"] + total["check_s"] + total["benchmark_s"] + state["peak_s"] \
+        + state["save_s"]
+    return {"points": len(points), "wall_s": wall, "timed_s": timed,
+            "compile_s": total["compile_s"], "prepare_s": total["prepare_s"],
+            "check_s": total["check_s"],
+            "benchmark_untimed_s": total["benchmark_s"] - timed, "peak_s": state["peak_s"],
+            "save_s": state["save_s"], "other_s": wall - accounted,
+            "ratio": wall / (timed + total["compile_s"]) if timed else None}
+
+
+def format_summary(x: Dict[str, Any]) -> str:
+    ratio = "n/a" if x["ratio"] is None else f"{x['ratio']:.2f}x"
+    return (f"{x['wall_s']:.1f} s wall for {x['timed_s']:.1f} s timed + {x['compile_s']:.1f} s "
+            f"compile ({ratio}); {x['points']} points; prepare {x['prepare_s']:.1f} s (compile "
+            f"included), warm-up+check {x['check_s']:.1f} s, benchmark untimed "
+            f"{x['benchmark_untimed_s']:.1f} s, matmul peak {x['peak_s']:.1f} s, saving "
+            f"{x['save_s']:.1f} s, other (collection, imports, skips) {x['other_s']:.1f} s")
 
 
 def note(config: pytest.Config, line: str) -> None:
@@ -200,11 +239,15 @@ def record_not_measured(config: pytest.Config, extra: Dict[str, Any], status: st
     config.stash[STATE]["count"] += 1
 
 
-def save(config: pytest.Config) -> None:
-    """Merge this run's finished points into the results file (when there are new ones)."""
+def save(config: pytest.Config, facts_changed: bool = False) -> None:
+    """Merge this run's finished points into the results file (when there are new ones, or
+    the run's facts changed: the peak after the points, the time summary)."""
     state, spec = config.stash[STATE], _spec(config)
-    if state["count"] == state["saved"] or state["run_info"] is None:
+    if state["run_info"] is None or not state["count"] or (
+            state["count"] == state["saved"] and not facts_changed):
         return
+    start = time.perf_counter()
     records.merge_sweep(spec["out"], state["run_info"], state["points"], state["not_measured"],
                         spec.get("preset"))
     state["saved"] = state["count"]
+    state["save_s"] += time.perf_counter() - start

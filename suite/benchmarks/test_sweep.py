@@ -17,6 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
+from suite.point import point_key
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
 
@@ -43,21 +44,15 @@ def test_point(benchmark, sweep_point, request):
     config = request.config
     state = config.stash[STATE]
     impl = entry.impl
-    H = point["H"]
-    K = point["kv_heads"] or H
-    B, L, D, dtype = point["batch"], point["length"], point["head_dim"], point["dtype"]
-    causal = point["mask"] == "causal"
+    B, L, H, dtype = point.B, point.L, point.H, point.dtype
     extra: Dict[str, Any] = {
         "impl": entry.name, "framework": impl.framework,
-        "framework_version": impl.framework_version(), "device": device, "dtype": dtype,
-        "B": B, "H": H, "H_kv": K, "Lq": L, "Lk": L, "E": H * D, "D": D,
-        "mask": point["mask"], "grad": bool(point["grad"]),
-        **timing.flops(B, H, K, L, L, H * D, D, causal, bool(point["grad"]))}
+        "framework_version": impl.framework_version(), **point.info(), **timing.flops(point)}
     request.node.stash[POINT] = extra  # a timeout or harness error is recorded against it
-    if timing.point_key(extra) in state["done"]:
+    if point_key(extra) in state["done"]:
         pytest.skip("resumed: already measured")
-    needs = {MASK_FEATURE[point["mask"]], "gqa" if K != H else None,
-             "grad" if point["grad"] else None} - {None}
+    needs = {MASK_FEATURE[point.mask], "gqa" if point.K != H else None,
+             "grad" if point.grad else None} - {None}
     missing = sorted(needs - set(impl.features))
     if dtype not in impl.dtypes(device):
         missing.append(f"dtype {dtype}")
@@ -65,7 +60,7 @@ def test_point(benchmark, sweep_point, request):
         record_not_measured(config, extra, "unsupported", f"needs {', '.join(missing)}")
         pytest.skip(f"unsupported: needs {', '.join(missing)}")
     model = getattr(impl, "memory_model", "quadratic")
-    need = timing.predicted_bytes(B, H, K, L, L, H * D, D, dtype, model, bool(point["grad"]))
+    need = timing.predicted_bytes(point, model)
     budget_gb = _spec(config).get("memory_budget_gb")
     free = timing.available_bytes(device)
     budget = budget_gb * 2**30 if budget_gb else (free * 0.5 if free else None)
@@ -76,20 +71,23 @@ def test_point(benchmark, sweep_point, request):
     p = point_problem(point)
     try:
         start = time.perf_counter()
-        st = impl.prepare(p, device, dtype, grad=bool(point["grad"]))
+        st = impl.prepare(p, device, dtype, grad=point.grad)
         prepare_s = time.perf_counter() - start
         compile_s = st.get("compile_s") if isinstance(st, dict) else getattr(st, "compile_s", None)
-        handle = impl.run(st)  # untimed: a warm-up whose output is checked
+        start = time.perf_counter()
+        handle = impl.run(st)  # untimed: the warm-up, and the call whose output is checked
         impl.synchronize(st)
-        invalid = check_output(impl.fetch(st, handle), (B, L, H * D))  # untimed
+        warm_s = time.perf_counter() - start
+        invalid = check_output(impl.fetch(st, handle), (B, L, point.E))  # untimed
+        check_s = time.perf_counter() - start
     except Exception as exc:  # recorded for this point; the sweep goes on
         _not_measured(request, extra, exc)
     if invalid:
         record_not_measured(config, extra, "invalid-output", invalid)
         note(config, f"invalid-output: {request.node.callspec.id}: {invalid}"[:300])
         pytest.skip(f"invalid-output: {invalid}")
-    extra.update(compile_s=compile_s, prepare_s=prepare_s, verified=VERIFIED, status="ok",
-                 reason=None)
+    extra.update(compile_s=compile_s, prepare_s=prepare_s, warm_s=warm_s, check_s=check_s,
+                 verified=VERIFIED, status="ok", reason=None)
     benchmark.extra_info.update(extra)
 
     def timed():
@@ -99,13 +97,16 @@ def test_point(benchmark, sweep_point, request):
     try:
         # The peak over the point's calls (buffers are freed between them), read outside
         # the timed calls: no extra untimed call just for memory.
+        start = time.perf_counter()
         with timing.peak_memory(impl.framework, device) as mem:
-            benchmark(timed)
+            mode = timing.run_benchmark(benchmark, timed, warm_s, _spec(config)["timing"])
+        bench_s = time.perf_counter() - start
     except Exception as exc:
         _not_measured(request, extra, exc)
-    benchmark.extra_info.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"])
+    benchmark.extra_info.update(peak_bytes=mem["peak_bytes"], peak_method=mem["peak_method"],
+                                benchmark_s=bench_s, benchmark_mode=mode)
     median = benchmark.stats.stats.median
     benchmark.extra_info["flops_per_s"] = extra["flops"] / median if median > 0 else None
     record_point(config, benchmark.stats.as_dict(include_data=False))  # finished: saved
-    note(config, f"{entry.name:<18} {device:<6} {dtype:<8} L={L:<6} H={H:<3} {point['mask']:<7} "
+    note(config, f"{entry.name:<18} {device:<6} {dtype:<8} L={L:<6} H={H:<3} {point.mask:<10} "
                  f"median {median * 1e3:9.3f} ms  {extra['flops'] / median / 1e9:8.1f} GFLOP/s")
