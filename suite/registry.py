@@ -35,6 +35,8 @@ BUILTINS: Dict[str, str] = {
     "torch.eager": "implementations.torch_eager:TorchEager",
     "torch.sdpa": "implementations.torch_sdpa:TorchSDPA",
     "torch.nn": "implementations.torch_nn:TorchNN",
+    "torch.F_mha": "implementations.torch_fmha:TorchFMHA",
+    "torch.F_mha+weights": "implementations.torch_fmha:TorchFMHAWeights",
     "jax.jit": "implementations.jax_jit:JaxJit",
     "jax.nn": "implementations.jax_nn:JaxNN",
 }
@@ -43,10 +45,12 @@ BUILTIN_FAMILIES: Dict[str, str] = {
     "torch.sdpa[*]": "implementations.torch_sdpa:backend_variants",
     "jax.nn[*]": "implementations.jax_nn:backend_variants",
     "torch.compile*": "implementations.torch_compiled:variants",
+    "hf.*": "implementations.hf_transformers:variants",
 }
 INSTALL_HINTS = {
     "torch": "pip install 'mha-suite[torch]'",
     "jax": "pip install 'mha-suite[jax]'",
+    "transformers": "pip install 'mha-suite[hf]'",
 }
 
 
