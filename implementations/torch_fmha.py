@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
-from implementations.torch_nn import torch_nn_masks
+from suite import adapters
 from suite.plugin import Deviation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
@@ -50,25 +50,20 @@ class TorchFMHA(TorchCore):
         if p.K != p.H:
             raise Unsupported(f"multi_head_attention_forward has one head count for q, k and v "
                               f"(H={p.H}, H_kv={p.K})")
-        w = p.weights
 
         def put(a):
+            if a is None:
+                return None
             x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
             return x.requires_grad_(True) if grad else x
 
-        params = {
-            "in_proj_weight": put(np.concatenate([w.w_q.T, w.w_k.T, w.w_v.T])),  # (3E, E)
-            "in_proj_bias": None if w.b_q is None else put(np.concatenate([w.b_q, w.b_k, w.b_v])),
-            "out_proj_weight": put(w.w_o.T),  # (E, E)
-            "out_proj_bias": None if w.b_o is None else put(w.b_o),
-        }
+        # in_proj_weight (3E, E), in_proj_bias (3E,), out_proj_weight (E, E), out_proj_bias
+        params = {n: put(a) for n, a in adapters.to_packed(p.weights).items()}
         # Sequence first: (B, L, E) -> (L, B, E), done here, untimed.
         inputs = {n: put(np.swapaxes(a, 0, 1)) for n, a in
                   (("query", p.query), ("key", p.key), ("value", p.value))}
-        attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
         return {"p": p, "device": dev, "params": params, "inputs": inputs, "grad": grad,
-                "attn_mask": attn_mask, "key_padding_mask": key_padding_mask,
-                "is_causal": p.mask.kinds == {"causal"},
+                **fmha_masks(p, dev, t),
                 "cotangent": torch.as_tensor(np.swapaxes(cotangent(p), 0, 1),
                                              device=dev).to(t) if grad else None,
                 "compile_s": None}
@@ -98,21 +93,54 @@ class TorchFMHA(TorchCore):
         out, weights = handle
         grads = None
         if s["grad"]:
-            E, w = s["p"].E, s["params"]
             grads = {n: np.swapaxes(_np(t.grad), 0, 1) for n, t in s["inputs"].items()}
-            g_in = _np(w["in_proj_weight"].grad)  # (3E, E), left-multiply
-            grads.update(w_q=g_in[:E].T, w_k=g_in[E:2 * E].T, w_v=g_in[2 * E:].T,
-                         w_o=_np(w["out_proj_weight"].grad).T)
-            if w["in_proj_bias"] is not None:
-                g_b = _np(w["in_proj_bias"].grad)
-                grads.update(b_q=g_b[:E], b_k=g_b[E:2 * E], b_v=g_b[2 * E:],
-                             b_o=_np(w["out_proj_bias"].grad))
+            grads.update(adapters.grads_from_packed(
+                {n: None if t is None else _np(t.grad) for n, t in s["params"].items()}))
             grads = {n: g for n, g in grads.items() if n in GRAD_NAMES}
         return Result(np.swapaxes(_np(out), 0, 1),
                       None if weights is None else _np(weights), grads)
 
 
+def fmha_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
+    """The canonical mask as ``multi_head_attention_forward``'s keyword arguments.
+
+    Its polarity: a bool True means NOT allowed; a float is added to the logits. A top-left
+    causal mask alone goes in as ``attn_mask`` plus the ``is_causal`` hint (the hint needs
+    the mask too); with a bias, padding goes in as a float -inf key_padding_mask (mixed
+    bool/float masks are deprecated).
+    """
+    parts = adapters.split_mask(p, true_means="masked", key_padding=True, native_causal=(),
+                                per_head=True)
+    attn_mask = None
+    if parts.bias is not None:
+        attn_mask = parts.additive()  # (B, H|1, L, S), -inf where masked
+    elif parts.mask is not None:
+        attn_mask = parts.mask  # (B, H|1, L, S), True = masked
+    if attn_mask is not None:
+        B, H, L, S = parts.shape
+        # (L, S) when one mask serves every batch item and head, else (B*H, L, S)
+        same = bool((attn_mask == attn_mask[:1, :1]).all())
+        attn_mask = attn_mask[0, 0] if same else np.broadcast_to(
+            attn_mask, (B, H, L, S)).reshape(B * H, L, S)
+        attn_mask = torch.as_tensor(np.ascontiguousarray(attn_mask), device=dev)
+        attn_mask = attn_mask.to(t) if attn_mask.is_floating_point() else attn_mask
+    kpm = None
+    if parts.key_padding is not None:
+        kpm = torch.as_tensor(parts.key_padding, device=dev)  # (B, S), True = masked
+        if attn_mask is not None and attn_mask.is_floating_point():
+            kpm = torch.zeros(kpm.shape, device=dev, dtype=t).masked_fill(kpm, float("-inf"))
+    return {"attn_mask": attn_mask, "key_padding_mask": kpm,
+            "is_causal": p.mask.kinds == {"causal"} and p.mask.causal_align == "top_left"}
+
+
 class TorchFMHAWeights(TorchFMHA):
     name = "torch.F_mha+weights"
     features = TorchFMHA.features | {"weights"}
+    deviations = {
+        "fully_masked_rows": Deviation(
+            "nan", "a query row with no key to attend gives NaN with need_weights=True (the "
+                   "explicit softmax of a row of -inf); the fused path (torch.F_mha) gives "
+                   f"zeros (measured, torch {torch.__version__})"),
+        "nan_padding": _NAN_PADDING,
+    }
     need_weights = True
