@@ -54,9 +54,13 @@ def hf_mask(problem: Problem, attn: str, dtype: torch.dtype, device: torch.devic
     ``masking_utils.sdpa_mask``), float additive when there is a bias, and ``is_causal``
     True only when the whole mask is top-left causal (SDPA's own flag).
     """
-    native = ("top_left",) if attn == "sdpa" else ()
     parts = adapters.split_mask(problem, true_means="attend", key_padding=False,
-                                native_causal=native, per_head=True)
+                                native_causal=("top_left",), per_head=True)
+    if attn != "sdpa" or not parts.only_causal:
+        # sdpa_attention_forward drops is_causal whenever a mask is given (and eager has no
+        # causal flag): fold the causal part into the mask.
+        parts = adapters.split_mask(problem, true_means="attend", key_padding=False,
+                                    native_causal=(), per_head=True)
     fill = float(torch.finfo(dtype).min)
     if parts.bias is not None or (attn == "eager" and parts.mask is not None):
         mask = torch.as_tensor(parts.additive(fill)).to(device, dtype)  # (B, H|1, L, S)
@@ -199,8 +203,23 @@ class HFLlama(HFAttention):
 
 
 _MODELS = {"bert": HFBert, "gpt2": HFGPT2, "llama": HFLlama}
-# Measured behaviour per (model, attention implementation): filled in below.
-DEVIATIONS: Dict[tuple, Dict[str, Deviation]] = {}
+_VERSIONS = f"transformers {transformers.__version__}, torch {torch.__version__}"
+# Measured behaviour per attention implementation, the same for every module here.
+_NAN_PADDING = Deviation(
+    "confined", "NaN in a masked key or value position gives NaN rows: the mask is added to "
+                f"q.k^T (NaN + finfo.min is NaN) and 0 * NaN is NaN in weights @ v (measured, "
+                f"{_VERSIONS})")
+DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
+    "eager": {
+        "fully_masked_rows": Deviation(
+            "mean_values", "a query row with no key to attend gives the mean of the values: "
+                           "HF's eager mask fills masked logits with finfo(dtype).min, not "
+                           "-inf, so such a row's softmax is uniform (measured, "
+                           f"{_VERSIONS})"),
+        "nan_padding": _NAN_PADDING,
+    },
+    "sdpa": {"nan_padding": _NAN_PADDING},
+}
 
 
 def variants() -> List[type]:
@@ -211,6 +230,6 @@ def variants() -> List[type]:
             features = base.features | ({"weights"} if attn == "eager" else set())
             cls = type(f"HF_{model}_{attn}", (base,), {
                 "name": f"hf.{model}[{attn}]", "attn": attn, "features": frozenset(features),
-                "deviations": DEVIATIONS.get((model, attn), {}), "__module__": __name__})
+                "deviations": DEVIATIONS[attn], "__module__": __name__})
             out.append(cls)
     return out
