@@ -33,7 +33,12 @@ Keras-style masks (head-free, True = attend, no native causal flag)::
                                 native_causal=(), per_head=False)
     # parts.mask: bool (B, L, S) or None; parts.bias: float (B, L, S) or None
     ...
-    grads = adapters.grads_from_linear({r: Param(l.weight.grad, l.bias.grad) ...})
+    grads = adapters.grads_from_linear({r: adapters.Param(layer.weight.grad.numpy(),
+                                                          layer.bias.grad.numpy()) ...})
+
+Attention kernels written against the suite's adapter cores receive the mask as an
+``AttendMask`` (``attend_mask``): one signature, ``attend(q, k, v, mask, scale,
+need_weights)``, for the NumPy, torch and JAX cores.
 """
 
 from __future__ import annotations
@@ -111,8 +116,7 @@ class MaskParts:
             out &= m if self.per_head else m[:, None]  # (B, H|1, L, S)
         return out
 
-    def additive(self, fill: float = -np.inf, dtype=np.float64, *,
-                 per_head: Optional[bool] = None) -> Optional[np.ndarray]:
+    def additive(self, fill: float = -np.inf, dtype=np.float64) -> Optional[np.ndarray]:
         """``mask`` and ``bias`` folded into one float mask: the bias where attended, ``fill``
         elsewhere (-inf, or a large negative such as ``np.finfo(dtype).min``), in ``dtype``.
 
