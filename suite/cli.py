@@ -64,8 +64,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         devices = d.devices
         dtypes = ",".join(d.dtypes[devices[0]]) if devices else "-"
         features = ",".join(d.features) or "-"
-        line = (f"{e.name.ljust(width)}  {d.framework} {d.framework_version}  "
+        on = f" on {d.array_library}" if d.array_library else ""
+        line = (f"{e.name.ljust(width)}  {d.framework} {d.framework_version}{on}  "
                 f"devices={','.join(devices) or 'none'}  dtypes={dtypes}  features={features}")
+        if d.kv_source != "separate":
+            line += f"  kv_source={d.kv_source}"
         if d.deviations:
             line += f"  deviations={','.join(sorted(d.deviations))}"
         if e.source != "builtin":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
-from suite.plugin import Implementation, Unavailable, check_interface
+from suite.plugin import Implementation, Unavailable, array_library, check_interface
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
@@ -73,13 +73,17 @@ class Description:
     dtypes: Dict[str, List[str]]  # device -> dtypes
     features: List[str]
     deviations: Dict[str, str]
+    array_library: str = ""  # what it computes with, when not its framework
+    kv_source: str = "separate"
 
     @classmethod
     def of(cls, impl: Implementation) -> Description:
         devices = list(impl.devices())
+        arrays = array_library(impl)
         return cls(impl.framework, impl.framework_version(), devices,
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
-                   dict(impl.deviations))
+                   dict(impl.deviations), "" if arrays == impl.framework else arrays,
+                   getattr(impl, "kv_source", "separate"))
 
 
 class Entry:

@@ -36,6 +36,11 @@ def test_array_library_defaults_to_the_framework():
 
     assert array_library(NumpyMHA()) == "numpy"
     assert array_library(OnTorch()) == "torch"
+    # mha-suite list says both, and a shared key/value source.
+    assert registry.Description.of(OnTorch()).array_library == "torch"
+    assert registry.Description.of(NumpyMHA()).array_library == ""
+    shared = type("Shared", (NumpyMHA,), {"name": "s", "kv_source": "shared"})()
+    assert registry.Description.of(shared).kv_source == "shared"
 
 
 @pytest.mark.parametrize("attr,value", [("kv_source", "both"), ("memory_model", "cubic")])
