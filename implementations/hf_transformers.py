@@ -27,15 +27,15 @@ covers it with weights; ``sdpa`` returns none (no ``weights`` feature).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
 import transformers
 
-from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
+from implementations.torch_common import TorchModuleCore, _np
 from suite import adapters
-from suite.plugin import Deviation, Result, Unsupported
+from suite.plugin import Deviation, Unsupported
 from suite.problem import Problem
 
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -71,135 +71,166 @@ def hf_mask(problem: Problem, attn: str, dtype: torch.dtype, device: torch.devic
     return {"attention_mask": mask, "is_causal": parts.causal is not None}
 
 
-class HFAttention(TorchCore):
+class HFAttention(TorchModuleCore):
     """One HF attention module with one attention implementation; subclasses build it."""
 
+    framework = "hf"
+    array_library = "torch"
     attn = "eager"
-    source = "self"  # "self": query == key == value; "kv": key == value (one kv source)
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias"})
 
     def framework_version(self) -> str:
-        return f"transformers {transformers.__version__}, torch {torch.__version__}"
+        return f"{transformers.__version__} (torch {torch.__version__})"
 
-    def build(self, p: Problem, dev: torch.device, t: torch.dtype) -> torch.nn.Module:
-        raise NotImplementedError
-
-    def call(self, s: Dict[str, Any]):
-        """The timed module call -> (output (B, L, E), weights (B, H, L, S) or None)."""
-        raise NotImplementedError
-
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-        if device not in self.devices():
-            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
-        if not _same(p.key, p.value):
+    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+        if not _same(problem.key, problem.value):
             raise Unsupported("the module takes one key/value source: key and value must be "
                               "the same array")
-        if self.source == "self" and not _same(p.query, p.key):
-            raise Unsupported("a self-attention module: query, key and value must be the "
-                              "same array")
-        module = self.build(p, dev, t).eval()
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
-        def put(a):
-            return torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        # The 4-D mask the module takes, built once here, untimed (as the model would).
+        p, dev = state["p"], state["device"]
+        state["hf_mask"] = hf_mask(p, self.attn, state["tensors"]["query"].dtype, dev)
 
-        return {"p": p, "device": dev, "module": module, "query": put(p.query),
-                "kv": put(p.key), "mask": hf_mask(p, self.attn, t, dev), "compile_s": None}
-
-    def run(self, s: Dict[str, Any]):
-        with torch.inference_mode():
-            return self.call(s)
-
-    def fetch(self, s: Dict[str, Any], handle) -> Result:
-        out, weights = handle
-        return Result(_np(out), None if weights is None else _np(weights))
+    def forward(self, state: Dict[str, Any]):
+        x = state["tensors"]
+        return self.call(state["module"], x["query"], x["key"], x["value"], state["hf_mask"],
+                         state["need_weights"])
 
 
-def _copy(param: torch.nn.Parameter, value: Optional[np.ndarray]) -> None:
-    with torch.no_grad():
-        param.copy_(torch.as_tensor(value))
+def _load(layer: torch.nn.Module, param: adapters.Param) -> None:
+    """Copy a weight and its bias (zeros when the problem has none but the layer does)."""
+    layer.weight.copy_(torch.as_tensor(param.weight))
+    if layer.bias is not None:
+        layer.bias.copy_(torch.as_tensor(param.bias) if param.bias is not None
+                         else torch.zeros_like(layer.bias))
+
+
+def _grads(layer: torch.nn.Module, has_bias: bool) -> adapters.Param:
+    g = _np(layer.weight.grad)
+    return adapters.Param(g, _np(layer.bias.grad) if has_bias else None)
 
 
 class HFBert(HFAttention):
-    source = "kv"
-    features = HFAttention.features | {"cross"}
+    kv_source = "shared"  # keys and values both come from encoder_hidden_states
+    features = HFAttention.features | {"cross", "grad"}
+    layers = {"q": "query", "k": "key", "v": "value", "o": "out_linear"}
 
-    def build(self, p, dev, t):
+    def build(self, p):
         from transformers.models.bert.modeling_bert import BertConfig, BertCrossAttention
 
         config = BertConfig(hidden_size=p.E, num_attention_heads=p.H,
                             attention_probs_dropout_prob=0.0, attn_implementation=self.attn)
-        module = BertCrossAttention(config).to(dev, t)
-        lin = adapters.to_linear(p.weights)  # role -> (weight (out, in), bias)
-        for role, layer in (("q", module.query), ("k", module.key), ("v", module.value)):
-            _copy(layer.weight, lin[role].weight)
-            _copy(layer.bias, lin[role].bias if lin[role].bias is not None
-                  else np.zeros(layer.bias.shape))
+        module = BertCrossAttention(config)
         # The canonical output projection (BERT's sits in BertSelfOutput with a residual and
         # a LayerNorm): a plain linear layer after the module.
-        out = torch.nn.Linear(p.E, p.E, bias=lin["o"].bias is not None).to(dev, t)
-        _copy(out.weight, lin["o"].weight)
-        if lin["o"].bias is not None:
-            _copy(out.bias, lin["o"].bias)
-        module.out_linear = out
+        module.out_linear = torch.nn.Linear(p.E, p.E, bias=p.weights.b_o is not None)
         return module
 
-    def call(self, s):
-        m, mask = s["module"], s["mask"]
-        heads, weights = m(s["query"], encoder_hidden_states=s["kv"], **mask)  # (B, L, H*D)
-        return m.out_linear(heads), weights
+    def load_weights(self, module, p):
+        for role, param in adapters.to_linear(p.weights).items():
+            _load(getattr(module, self.layers[role]), param)
+
+    def weight_grads(self, module):
+        has_bias = module.out_linear.bias is not None
+        return adapters.grads_from_linear({r: _grads(getattr(module, n), has_bias)
+                                           for r, n in self.layers.items()})
+
+    def call(self, module, query, key, value, mask, need_weights):
+        heads, weights = module(query, encoder_hidden_states=key, **mask)  # (B, L, H*D)
+        return module.out_linear(heads), weights  # (B, L, E)
 
 
 class HFGPT2(HFAttention):
-    def build(self, p, dev, t):
+    """Self-attention problems (query, key and value the same array, no gradients) run the
+    self-attention module (packed q/k/v ``c_attn`` (E, 3E)); every other problem runs its
+    cross-attention form (``q_attn`` (E, E) and packed k/v ``c_attn`` (E, 2E) on one
+    key/value source), which takes the mask as ``encoder_attention_mask``."""
+
+    kv_source = "shared"
+    features = HFAttention.features | {"cross", "grad"}
+
+    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+        # Separate leaves are needed for the gradients of query and key.
+        self._self_attention = not grad and _same(problem.query, problem.key)
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def build(self, p):
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Config
 
         config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
                             attn_implementation=self.attn)
-        module = GPT2Attention(config, layer_idx=0).to(dev, t)
-        packed = adapters.to_conv1d_packed(p.weights)  # c_attn (E, 3E), c_proj (E, E)
-        for name in ("c_attn", "c_proj"):
-            layer = getattr(module, name)
-            _copy(layer.weight, packed[name].weight)
-            _copy(layer.bias, packed[name].bias if packed[name].bias is not None
-                  else np.zeros(layer.bias.shape))
-        return module
+        return GPT2Attention(config, is_cross_attention=not self._self_attention, layer_idx=0)
 
-    def call(self, s):
-        return s["module"](s["query"], **s["mask"])
+    def load_weights(self, module, p):
+        packed = adapters.to_conv1d_packed(p.weights)  # c_attn (E, 3E), c_proj (E, E)
+        _load(module.c_proj, packed["c_proj"])
+        if not module.is_cross_attention:
+            _load(module.c_attn, packed["c_attn"])
+            return
+        conv = adapters.to_conv1d(p.weights)  # role -> (in, out)
+        _load(module.q_attn, conv["q"])
+        kv_bias = None if conv["k"].bias is None else np.concatenate([conv["k"].bias,
+                                                                      conv["v"].bias])
+        _load(module.c_attn, adapters.Param(
+            np.concatenate([conv["k"].weight, conv["v"].weight], axis=1), kv_bias))  # (E, 2E)
+
+    def weight_grads(self, module):
+        has_bias = module.c_proj.bias is not None
+        E = module.embed_dim
+        kv = _grads(module.c_attn, has_bias)  # (E, 2E): k then v
+        q = _grads(module.q_attn, has_bias)
+        split = [None, None] if kv.bias is None else [kv.bias[:E], kv.bias[E:]]
+        return adapters.grads_from_conv1d({
+            "q": q, "k": adapters.Param(kv.weight[:, :E], split[0]),
+            "v": adapters.Param(kv.weight[:, E:], split[1]), "o": _grads(module.c_proj, has_bias)})
+
+    def call(self, module, query, key, value, mask, need_weights):
+        if not module.is_cross_attention:
+            return module(query, **mask)
+        return module(query, encoder_hidden_states=key, encoder_attention_mask=mask["attention_mask"],
+                      is_causal=mask["is_causal"])
 
 
 class HFLlama(HFAttention):
+    """Self-attention only (query, key and value the same array); no gradients (the one
+    input cannot give query, key and value gradients as separate leaves)."""
+
     features = HFAttention.features | {"gqa"}
 
-    def build(self, p, dev, t):
+    def build(self, p):
         from transformers.models.llama.modeling_llama import LlamaAttention, LlamaConfig
 
         w = p.weights
-        has_bias = w.b_q is not None
-        if has_bias != (w.b_o is not None):
+        if (w.b_q is not None) != (w.b_o is not None):
             raise Unsupported("Llama's attention_bias switches the q, k, v and o biases together")
         config = LlamaConfig(hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K,
-                             head_dim=p.D, attention_bias=has_bias, attention_dropout=0.0,
-                             attn_implementation=self.attn)
-        module = LlamaAttention(config, layer_idx=0).to(dev, t)
-        lin = adapters.to_linear(w)
-        for role, layer in zip("qkvo", (module.q_proj, module.k_proj, module.v_proj,
-                                        module.o_proj)):
-            _copy(layer.weight, lin[role].weight)
-            if has_bias:
-                _copy(layer.bias, lin[role].bias)
-        # Identity rotary embedding: the canonical problem has no positional encoding.
-        ones = torch.ones(p.B, p.L, p.D, device=dev, dtype=t)  # cos (B, L, D)
-        module.identity_rope = (ones, torch.zeros_like(ones))  # sin = 0
-        return module
+                             head_dim=p.D, attention_bias=w.b_q is not None,
+                             attention_dropout=0.0, attn_implementation=self.attn)
+        return LlamaAttention(config, layer_idx=0)
 
-    def call(self, s):
-        m = s["module"]
-        return m(s["query"], position_embeddings=m.identity_rope, **s["mask"])
+    def load_weights(self, module, p):
+        for role, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "o_proj")):
+            _load(getattr(module, name), adapters.to_linear(p.weights)[role])
+
+    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+        if not (_same(problem.query, problem.key) and _same(problem.key, problem.value)):
+            raise Unsupported("LlamaAttention is self-attention only: query, key and value "
+                              "must be the same array")
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        super().after_prepare(state)
+        # Identity rotary embedding (cos = 1, sin = 0): the canonical problem has no
+        # positional encoding, so none is applied; this translates, it repairs nothing.
+        q = state["tensors"]["query"]
+        cos = torch.ones(*q.shape[:2], state["module"].head_dim, device=q.device,
+                         dtype=q.dtype)  # (B, L, D)
+        state["hf_mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
+
+    def call(self, module, query, key, value, mask, need_weights):
+        return module(query, **mask)  # mask: attention_mask, is_causal, position_embeddings
 
 
 _MODELS = {"bert": HFBert, "gpt2": HFGPT2, "llama": HFLlama}
