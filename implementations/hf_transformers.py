@@ -126,7 +126,7 @@ class HFBert(HFAttention):
         # The canonical output projection (BERT's sits in BertSelfOutput with a residual and
         # a LayerNorm): a plain linear layer after the module.
         module.out_linear = torch.nn.Linear(p.E, p.E, bias=p.weights.b_o is not None)
-        return module
+        return module.double()  # float64 before the canonical weights go in (no rounding)
 
     def load_weights(self, module, p):
         for role, param in adapters.to_linear(p.weights).items():
@@ -161,7 +161,8 @@ class HFGPT2(HFAttention):
 
         config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
                             attn_implementation=self.attn)
-        return GPT2Attention(config, is_cross_attention=not self._self_attention, layer_idx=0)
+        return GPT2Attention(config, is_cross_attention=not self._self_attention,
+                             layer_idx=0).double()  # float64 before the weights go in
 
     def load_weights(self, module, p):
         packed = adapters.to_conv1d_packed(p.weights)  # c_attn (E, 3E), c_proj (E, E)
@@ -208,7 +209,7 @@ class HFLlama(HFAttention):
         config = LlamaConfig(hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K,
                              head_dim=p.D, attention_bias=w.b_q is not None,
                              attention_dropout=0.0, attn_implementation=self.attn)
-        return LlamaAttention(config, layer_idx=0)
+        return LlamaAttention(config, layer_idx=0).double()  # float64 before the weights go in
 
     def load_weights(self, module, p):
         for role, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "o_proj")):
