@@ -6,14 +6,19 @@ the canonical weights converted to their layout (untimed, in ``prepare``):
 
 - ``hf.bert[eager|sdpa]``: ``BertCrossAttention``, separate ``query``/``key``/``value``
   ``nn.Linear`` (out, in); keys and values both come from ``encoder_hidden_states``, one
-  source, so it expresses only problems with key == value. BERT keeps the output projection
-  in ``BertSelfOutput`` together with a residual and a LayerNorm, so the canonical ``W_o``
-  is applied after the module as a plain linear layer (the module has none to load).
-- ``hf.gpt2[eager|sdpa]``: ``GPT2Attention``, the packed ``Conv1D`` ``c_attn`` (E, 3E) and
-  ``c_proj`` (E, E), (in, out) layout; self-attention only (query == key == value).
+  source (``kv_source = "shared"``: the cases give it value = key). BERT keeps the output
+  projection in ``BertSelfOutput`` together with a residual and a LayerNorm, so the
+  canonical ``W_o`` is applied after the module as a plain linear layer.
+- ``hf.gpt2[eager|sdpa]``: ``GPT2Attention``, ``Conv1D`` (in, out) layers: a self-attention
+  problem runs the self-attention module (packed q/k/v ``c_attn`` (E, 3E)), every other
+  problem its cross-attention form (``q_attn`` (E, E), packed k/v ``c_attn`` (E, 2E) on one
+  key/value source); ``c_proj`` (E, E) is the output projection in both.
 - ``hf.llama[eager|sdpa]``: ``LlamaAttention``, GQA (``num_key_value_heads``), self-attention
-  only. The canonical problem has no positional encoding, so the rotary embedding is given
-  identity position embeddings (cos = 1, sin = 0): that is translation, not a repair.
+  only (query, key and value the same array; other problems are unsupported). The
+  canonical problem has no positional encoding, so the rotary embedding is given identity
+  position embeddings (cos = 1, sin = 0): that is translation, not a repair.
+
+Modules are created in float64, loaded, then cast to the run's dtype (one rounding).
 
 Masks: HF modules take the 4-D mask its model would build (``masking_utils``): for
 ``eager`` an additive float (B, 1|H, L, S) with ``torch.finfo(dtype).min`` where masked;
