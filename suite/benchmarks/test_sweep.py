@@ -17,7 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
-from suite.plugin import array_library, expressible
+from suite.plugin import Unsupported, array_library, expressible
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
 
@@ -28,6 +28,8 @@ def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, Timeout):
         status = "timeout"
+    elif isinstance(exc, Unsupported):  # the plugin cannot express this point's problem
+        status = "unsupported"
     elif isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
             or "out of memory" in text.lower():
         status = "oom"
