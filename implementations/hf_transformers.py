@@ -85,7 +85,7 @@ class HFAttention(TorchModuleCore):
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias"})
 
     def framework_version(self) -> str:
-        return f"{transformers.__version__} (torch {torch.__version__})"
+        return transformers.__version__  # shown as "hf 5.x on torch"
 
     def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
         if not _same(problem.key, problem.value):
