@@ -48,7 +48,8 @@ def _sweep_rows(d: Document, machine: str) -> List[dict]:
     rows = records.sweep_rows(d)
     for row in rows:
         row.update(machine=machine, source=str(d.path), datetime=facts["datetime"],
-                   commit=facts["commit"], peak_flops=_peak(peaks, row.get("framework"),
+                   commit=facts["commit"], peak_flops=_peak(peaks, row.get("array_library")
+                                                            or row.get("framework"),
                                                             row.get("device"), row.get("dtype")))
     return rows
 

@@ -17,6 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
+from suite.plugin import Unsupported, array_library, expressible
 from suite.point import point_key
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
@@ -28,6 +29,8 @@ def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, Timeout):
         status = "timeout"
+    elif isinstance(exc, Unsupported):  # the plugin cannot express this point's problem
+        status = "unsupported"
     elif isinstance(exc, MemoryError) or "OutOfMemory" in text or "RESOURCE_EXHAUSTED" in text \
             or "out of memory" in text.lower():
         status = "oom"
@@ -46,7 +49,7 @@ def test_point(benchmark, sweep_point, request):
     impl = entry.impl
     B, L, H, dtype = point.B, point.L, point.H, point.dtype
     extra: Dict[str, Any] = {
-        "impl": entry.name, "framework": impl.framework,
+        "impl": entry.name, "framework": impl.framework, "array_library": array_library(impl),
         "framework_version": impl.framework_version(), **point.info(), **timing.flops(point)}
     request.node.stash[POINT] = extra  # a timeout or harness error is recorded against it
     if point_key(extra) in state["done"]:
@@ -68,7 +71,7 @@ def test_point(benchmark, sweep_point, request):
         reason = f"predicted {need / 2**30:.1f} GiB > budget {budget / 2**30:.1f} GiB"
         record_not_measured(config, extra, "skipped", reason)
         pytest.skip(reason)
-    p = point_problem(point)
+    p = expressible(impl, point_problem(point))  # one key/value source: value = key
     try:
         start = time.perf_counter()
         st = impl.prepare(p, device, dtype, grad=point.grad)
@@ -98,7 +101,7 @@ def test_point(benchmark, sweep_point, request):
         # The peak over the point's calls (buffers are freed between them), read outside
         # the timed calls: no extra untimed call just for memory.
         start = time.perf_counter()
-        with timing.peak_memory(impl.framework, device) as mem:
+        with timing.peak_memory(array_library(impl), device) as mem:
             mode = timing.run_benchmark(benchmark, timed, warm_s, _spec(config)["timing"])
         bench_s = time.perf_counter() - start
     except Exception as exc:

@@ -1,0 +1,386 @@
+"""The adapter toolkit: the canonical problem in the terms each library takes.
+
+A plugin translates; it never repairs the library it measures. What it translates is
+the same everywhere, so it lives here, in NumPy (no framework is imported):
+
+- the mask: ``split_mask(problem, ...)`` splits the canonical mask (``valid_lens``,
+  causal, ``allowed``, ``bias``, combined with AND) into the parts a library takes, each
+  in its convention: key padding (B, S), a native causal flag, the remaining boolean
+  mask (per head or head-free, True = attend or True = masked) and the additive bias;
+  ``MaskParts.additive(...)`` folds what was not split out into one float mask
+  (Hugging Face's 4-D additive masks, a float ``attn_mask``);
+- the weights: converters from the canonical right-multiply layout
+  (``suite.problem.Weights``) to ``nn.Linear`` (out, in) per projection, the packed
+  ``in_proj_weight`` (3E, E) of ``nn.MultiheadAttention``, the Keras/Flax
+  ``EinsumDense``/``DenseGeneral`` kernels (E, H, D) and (H, D, E), and Hugging Face's
+  ``Conv1D`` (in, out), GPT-2's packed ``c_attn`` (E, 3E) included;
+- the gradients: each layout's ``grads_from_*`` maps gradients in that layout back to
+  the canonical names of ``suite.problem.GRAD_NAMES`` (a layout is a rearrangement, so a
+  gradient maps back exactly as its weight does).
+
+Letters: B batch, L query length, S key length, E model width, H query heads, K kv heads
+(GQA/MQA when K < H), D head width = E // H. Query head h reads kv head h // (H // K).
+
+Example, a module with ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (``nn.Linear``) and
+Keras-style masks (head-free, True = attend, no native causal flag)::
+
+    from suite import adapters
+
+    lin = adapters.to_linear(problem.weights)  # role "q"|"k"|"v"|"o" -> Param(weight, bias)
+    for role, layer in zip("qkvo", (m.q_proj, m.k_proj, m.v_proj, m.out_proj)):
+        layer.weight.copy_(torch.as_tensor(lin[role].weight))  # (out, in)
+    parts = adapters.split_mask(problem, true_means="attend", key_padding=False,
+                                native_causal=(), per_head=False)
+    # parts.mask: bool (B, L, S) or None; parts.bias: float (B, L, S) or None
+    ...
+    grads = adapters.grads_from_linear({r: adapters.Param(layer.weight.grad.numpy(),
+                                                          layer.bias.grad.numpy()) ...})
+
+Attention kernels written against the suite's adapter cores receive the mask as an
+``AttendMask`` (``attend_mask``): one signature, ``attend(q, k, v, mask, scale,
+need_weights)``, for the NumPy, torch and JAX cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from suite.plugin import Unsupported
+from suite.problem import Mask, Problem, Weights
+
+CONVENTIONS = ("attend", "masked")
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+ROLES = ("q", "k", "v", "o")
+
+
+# ----------------------------------------------------------------------------- masks
+
+@dataclasses.dataclass(frozen=True)
+class MaskParts:
+    """The canonical mask split into a library's parts; ``None`` parts are absent.
+
+    key_padding: bool (B, S), per-batch key padding from ``valid_lens`` of shape (B,), in
+        the convention ``true_means`` (True = attend: key j < valid_lens[b]).
+    causal: None, "top_left" or "bottom_right": a native causal flag to pass to the
+        library (only alignments the caller listed in ``native_causal``); any other
+        causal mask is folded into ``mask``.
+    mask: bool (B, H|1, L, S) (``per_head``; 1 when no part varies over heads) or
+        head-free (B, L, S), everything boolean not split out, in ``true_means``.
+    bias: float64, the canonical additive bias broadcast to the shape of ``mask``
+        (without any -inf: the boolean parts stay boolean).
+    true_means: "attend" (Keras, Flax, JAX) or "masked" (``nn.MultiheadAttention``).
+    shape: (B, H, L, S) of the problem.
+    """
+
+    key_padding: Optional[np.ndarray]
+    causal: Optional[str]
+    mask: Optional[np.ndarray]
+    bias: Optional[np.ndarray]
+    true_means: str
+    per_head: bool
+    shape: Tuple[int, int, int, int]
+    heads: int  # the head axis of mask/bias: H, or 1 when the mask is the same for every head
+
+    @property
+    def only_causal(self) -> bool:
+        """True when the whole mask is the native causal flag (e.g. ``is_causal=True``)."""
+        return self.causal is not None and self.key_padding is None and self.mask is None \
+            and self.bias is None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.causal is None and self.key_padding is None and self.mask is None \
+            and self.bias is None
+
+    def _attend(self, a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """A boolean part turned to True = attend."""
+        return None if a is None else (a if self.true_means == "attend" else ~a)
+
+    def _convention(self, allowed: np.ndarray) -> np.ndarray:
+        return allowed if self.true_means == "attend" else ~allowed
+
+    def allowed(self) -> np.ndarray:
+        """Every boolean part recombined: bool (B, heads, L, S), True = may attend."""
+        B, _, L, S = self.shape
+        out = np.ones((B, self.heads, L, S), dtype=bool)
+        kp = self._attend(self.key_padding)
+        if kp is not None:
+            out &= kp[:, None, None, :]  # (B, 1, 1, S)
+        if self.causal is not None:
+            out &= causal_allowed(L, S, self.causal)  # (L, S)
+        m = self._attend(self.mask)
+        if m is not None:
+            out &= m if self.per_head else m[:, None]  # (B, H|1, L, S)
+        return out
+
+    def additive(self, fill: float = -np.inf, dtype=np.float64) -> Optional[np.ndarray]:
+        """``mask`` and ``bias`` folded into one float mask: the bias where attended, ``fill``
+        elsewhere (-inf, or a large negative such as ``np.finfo(dtype).min``), in ``dtype``.
+
+        Parts split out (``key_padding``, the native ``causal`` flag) stay out; split with
+        ``key_padding=False, native_causal=()`` to fold everything. Shape (B, heads, L, S),
+        or (B, L, S) for a head-free split; None when there is nothing to fold.
+        """
+        if self.mask is None and self.bias is None:
+            return None
+        m = self._attend(self.mask)
+        bias = np.zeros(()) if self.bias is None else self.bias
+        allowed = np.ones((), dtype=bool) if m is None else m
+        out = np.where(allowed, bias, fill)
+        B, _, L, S = self.shape
+        shape = (B, self.heads, L, S) if self.per_head else (B, L, S)
+        return np.broadcast_to(out, shape).astype(dtype)
+
+    def dead_keys(self) -> Optional[np.ndarray]:
+        """bool (B, heads, S, 1): keys no query row may attend, or None when there are none."""
+        dead = ~self.allowed().any(axis=2)[..., None]  # (B, heads, S, 1)
+        return dead if dead.any() else None
+
+    def fully_masked_rows(self) -> Optional[np.ndarray]:
+        """bool (B, heads, L): query rows with no key to attend, or None when there are none."""
+        rows = ~self.allowed().any(axis=-1)  # (B, heads, L)
+        return rows if rows.any() else None
+
+
+def causal_allowed(L: int, S: int, align: str = "top_left") -> np.ndarray:
+    """bool (L, S), True = may attend: key j <= i (top left) or j <= i + S - L (bottom right)."""
+    if align not in CAUSAL_ALIGNS:
+        raise ValueError(f"align: expected one of {CAUSAL_ALIGNS}, got {align!r}")
+    offset = 0 if align == "top_left" else S - L
+    return np.arange(S)[None, :] <= np.arange(L)[:, None] + offset  # (L, S)
+
+
+def mask_heads(mask: Mask, H: int) -> int:
+    """H when a part of the mask varies over heads, else 1 (a head-free mask suffices)."""
+    head_free = all(a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1
+                    for a in (mask.allowed, mask.bias))
+    return 1 if head_free else H
+
+
+def split_mask(problem: Problem, *, true_means: str = "attend", key_padding: bool = True,
+               native_causal: Sequence[str] = ("top_left",), per_head: bool = True
+               ) -> MaskParts:
+    """Split the canonical mask of ``problem`` into the parts a library takes.
+
+    true_means: the library's boolean convention, "attend" (Keras, Flax, JAX, SDPA) or
+        "masked" (``nn.MultiheadAttention``, ``F.multi_head_attention_forward``).
+    key_padding: put ``valid_lens`` of shape (B,) in ``key_padding`` (B, S); per-query
+        lengths (B, L) are not key padding and always go into ``mask``.
+    native_causal: the causal alignments the library has a flag for; causal masks of another
+        alignment are folded into ``mask``.
+    per_head: ``mask``/``bias`` as (B, H|1, L, S); False: head-free (B, L, S), and a mask
+        that varies over heads raises ``Unsupported`` (the library cannot express it).
+    """
+    if true_means not in CONVENTIONS:
+        raise ValueError(f"true_means: expected one of {CONVENTIONS}, got {true_means!r}")
+    unknown = set(native_causal) - set(CAUSAL_ALIGNS)
+    if unknown or isinstance(native_causal, str):
+        raise ValueError(f"native_causal: expected a tuple of {CAUSAL_ALIGNS}, "
+                         f"got {native_causal!r}")
+    m, B, H, L, S = problem.mask, problem.B, problem.H, problem.L, problem.S
+    heads = mask_heads(m, H)
+    if not per_head and heads != 1:
+        raise Unsupported("the mask varies over heads and this library takes a head-free "
+                          "(B, L, S) mask")
+    parts: Dict[str, Optional[np.ndarray]] = {"key_padding": None, "mask": None, "bias": None}
+    rest = m
+    if key_padding and m.valid_lens is not None and np.ndim(m.valid_lens) == 1:
+        keep = np.arange(S)[None, :] < np.asarray(m.valid_lens)[:, None]  # (B, S)
+        parts["key_padding"] = keep if true_means == "attend" else ~keep
+        rest = dataclasses.replace(rest, valid_lens=None)
+    causal = None
+    if m.causal and m.causal_align in native_causal:
+        causal = m.causal_align
+        rest = dataclasses.replace(rest, causal=False)
+    if rest.valid_lens is not None or rest.causal or rest.allowed is not None:
+        allowed = rest.dense_allowed(B, heads, L, S)  # (B, H|1, L, S), True = attend
+        allowed = allowed if per_head else allowed[:, 0]  # (B, L, S)
+        parts["mask"] = allowed if true_means == "attend" else ~allowed
+    if m.bias is not None:
+        bias = np.broadcast_to(np.asarray(m.bias, dtype=np.float64), (B, heads, L, S))
+        parts["bias"] = np.array(bias if per_head else bias[:, 0])
+    return MaskParts(parts["key_padding"], causal, parts["mask"], parts["bias"], true_means,
+                     per_head, (B, H, L, S), heads)
+
+
+def additive_mask(problem: Problem, *, fill: float = -np.inf, dtype=np.float64,
+                  per_head: bool = True) -> Optional[np.ndarray]:
+    """The whole mask as one additive float mask (B, H|1, L, S) (head-free: (B, L, S)):
+    the bias where attended, ``fill`` elsewhere; None for an unmasked problem."""
+    return split_mask(problem, key_padding=False, native_causal=(),
+                      per_head=per_head).additive(fill, dtype)
+
+
+@dataclasses.dataclass
+class AttendMask:
+    """The mask as an attention kernel's ``attend(q, k, v, mask, scale, need_weights)``
+    receives it from the adapter cores (``implementations.numpy_mha.NumpyCore``,
+    ``torch_common.TorchCore``, ``jax_common.JaxCore``), in the core's array type; every
+    array part is None for an unmasked problem.
+
+    bias: float (B, H|1, L, S): the additive bias with -inf where not allowed;
+    allowed: bool (B, H|1, L, S), True = may attend;
+    dead_keys: bool (B, H|1, S, 1): keys no query may attend (padding may hold NaN there),
+        or None when every key is read by some query;
+    causal_only: the whole mask is top-left causal (a native ``is_causal`` flag suffices);
+    kinds: the canonical mask's kinds (``Mask.kinds``); causal_align its alignment.
+    """
+
+    bias: Any = None
+    allowed: Any = None
+    dead_keys: Any = None
+    causal_only: bool = False
+    kinds: frozenset = frozenset()
+    causal_align: str = "top_left"
+
+    def replace(self, **arrays: Any) -> AttendMask:
+        return dataclasses.replace(self, **arrays)
+
+
+def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambda a: a,
+                put_bool: Callable[[np.ndarray], Any] = lambda a: a) -> AttendMask:
+    """The ``AttendMask`` of ``problem``; ``put_float``/``put_bool`` move the float64 and
+    bool NumPy arrays into the kernel's array type, dtype and device."""
+    m = problem.mask
+    if m.is_empty():
+        return AttendMask(causal_align=m.causal_align)
+    parts = split_mask(problem, key_padding=False, native_causal=())  # everything in "mask"
+    dead = parts.dead_keys()
+    return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
+                      None if dead is None else put_bool(dead), m.kinds == {"causal"},
+                      m.kinds, m.causal_align)
+
+
+# --------------------------------------------------------------------------- weights
+
+class Param(NamedTuple):
+    """One layer's parameters in a library's layout (``bias`` None when absent)."""
+
+    weight: np.ndarray
+    bias: Optional[np.ndarray] = None
+
+
+def _shapes(w: Weights) -> Tuple[int, int, int]:
+    """(E, H*D, K*D) from the weights."""
+    return w.w_q.shape[0], w.w_q.shape[1], w.w_k.shape[1]
+
+
+def _canonical(w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None, b_o=None
+               ) -> Dict[str, np.ndarray]:
+    """Canonical name -> array, biases only when present (as ``GRAD_NAMES`` reads them)."""
+    out = {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o,
+           "b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": b_o}
+    return {n: np.asarray(a) for n, a in out.items() if a is not None}
+
+
+def _np(a) -> Optional[np.ndarray]:
+    """A NumPy view of an array-like (a torch tensor must be detached and on the CPU)."""
+    return None if a is None else np.asarray(a)
+
+
+def to_linear(w: Weights) -> Dict[str, Param]:
+    """``nn.Linear`` layout per projection: role "q"|"k"|"v"|"o" -> Param(weight (out, in),
+    bias (out,)); q (H*D, E), k/v (K*D, E), o (E, H*D)."""
+    return {"q": Param(w.w_q.T, w.b_q), "k": Param(w.w_k.T, w.b_k),
+            "v": Param(w.w_v.T, w.b_v), "o": Param(w.w_o.T, w.b_o)}
+
+
+def grads_from_linear(grads: Mapping[str, Param]) -> Dict[str, np.ndarray]:
+    """Gradients in the ``nn.Linear`` layout (as ``to_linear`` returns) -> canonical names."""
+    g = {r: Param(_np(grads[r].weight), _np(grads[r].bias)) for r in ROLES}
+    return _canonical(g["q"].weight.T, g["k"].weight.T, g["v"].weight.T, g["o"].weight.T,
+                      g["q"].bias, g["k"].bias, g["v"].bias, g["o"].bias)
+
+
+def to_packed(w: Weights) -> Dict[str, Optional[np.ndarray]]:
+    """``nn.MultiheadAttention`` / ``F.multi_head_attention_forward`` layout, keyed by their
+    argument names: in_proj_weight (3E, E), in_proj_bias (3E,), out_proj_weight (E, E),
+    out_proj_bias (E,). Packing needs K == H (one head count for q, k and v)."""
+    E, HD, KD = _shapes(w)
+    if KD != HD:
+        raise Unsupported(f"the packed in_proj layout has one head count: k/v width {KD} "
+                          f"differs from q width {HD} (GQA)")
+    bias = None if w.b_q is None else np.concatenate([w.b_q, w.b_k, w.b_v])  # (3E,)
+    return {"in_proj_weight": np.concatenate([w.w_q.T, w.w_k.T, w.w_v.T]),  # (3E, E)
+            "in_proj_bias": bias, "out_proj_weight": w.w_o.T, "out_proj_bias": w.b_o}
+
+
+def grads_from_packed(grads: Mapping[str, Optional[np.ndarray]]) -> Dict[str, np.ndarray]:
+    """Gradients keyed like ``to_packed`` -> canonical names."""
+    g_in = _np(grads["in_proj_weight"])  # (3E, E)
+    q, k, v = np.split(g_in, 3)  # each (E, E)
+    b = _np(grads.get("in_proj_bias"))
+    bq, bk, bv = (None, None, None) if b is None else np.split(b, 3)
+    return _canonical(q.T, k.T, v.T, _np(grads["out_proj_weight"]).T, bq, bk, bv,
+                      _np(grads.get("out_proj_bias")))
+
+
+def to_einsum(w: Weights, num_heads: int, num_kv_heads: Optional[int] = None
+              ) -> Dict[str, Param]:
+    """Keras ``EinsumDense`` / Flax ``DenseGeneral`` layout: role -> Param(kernel, bias) with
+    q kernel (E, H, D), k/v (E, K, D), biases (H, D)/(K, D); o kernel (H, D, E), bias (E,)."""
+    E, HD, KD = _shapes(w)
+    H = num_heads
+    K = H if num_kv_heads is None else num_kv_heads
+    if HD % H or KD % K or HD // H != KD // K:
+        raise ValueError(f"num_heads/num_kv_heads: widths {HD}/{KD} do not split into "
+                         f"H={H}/K={K} heads of one width")
+    D = HD // H
+
+    def heads(a: Optional[np.ndarray], n: int) -> Optional[np.ndarray]:
+        return None if a is None else a.reshape(*a.shape[:-1], n, D)  # (..., n, D)
+
+    return {"q": Param(heads(w.w_q, H), heads(w.b_q, H)),  # (E, H, D), (H, D)
+            "k": Param(heads(w.w_k, K), heads(w.b_k, K)),  # (E, K, D), (K, D)
+            "v": Param(heads(w.w_v, K), heads(w.b_v, K)),
+            "o": Param(w.w_o.reshape(H, D, E), w.b_o)}  # (H, D, E), (E,)
+
+
+def grads_from_einsum(grads: Mapping[str, Param]) -> Dict[str, np.ndarray]:
+    """Gradients in the einsum layout (as ``to_einsum`` returns) -> canonical names."""
+    g = {r: Param(_np(grads[r].weight), _np(grads[r].bias)) for r in ROLES}
+
+    def flat(a: Optional[np.ndarray], lead: int) -> Optional[np.ndarray]:
+        return None if a is None else a.reshape(*a.shape[:lead], -1)
+
+    w_o = g["o"].weight  # (H, D, E)
+    return _canonical(flat(g["q"].weight, 1), flat(g["k"].weight, 1), flat(g["v"].weight, 1),
+                      w_o.reshape(-1, w_o.shape[-1]), flat(g["q"].bias, 0),
+                      flat(g["k"].bias, 0), flat(g["v"].bias, 0), g["o"].bias)
+
+
+def to_conv1d(w: Weights) -> Dict[str, Param]:
+    """Hugging Face ``Conv1D`` layout (in, out), the canonical one: role -> Param."""
+    return {"q": Param(w.w_q, w.b_q), "k": Param(w.w_k, w.b_k),
+            "v": Param(w.w_v, w.b_v), "o": Param(w.w_o, w.b_o)}
+
+
+def grads_from_conv1d(grads: Mapping[str, Param]) -> Dict[str, np.ndarray]:
+    """Gradients in the ``Conv1D`` layout (as ``to_conv1d`` returns) -> canonical names."""
+    g = {r: Param(_np(grads[r].weight), _np(grads[r].bias)) for r in ROLES}
+    return _canonical(*(g[r].weight for r in ROLES), *(g[r].bias for r in ROLES))
+
+
+def to_conv1d_packed(w: Weights) -> Dict[str, Param]:
+    """GPT-2's packed layout: "c_attn" Param(weight (E, H*D+2*K*D), bias) whose output
+    splits into q, k, v in that order, and "c_proj" Param(weight (H*D, E), bias (E,))."""
+    bias = None if w.b_q is None else np.concatenate([w.b_q, w.b_k, w.b_v])
+    return {"c_attn": Param(np.concatenate([w.w_q, w.w_k, w.w_v], axis=1), bias),
+            "c_proj": Param(w.w_o, w.b_o)}
+
+
+def grads_from_conv1d_packed(grads: Mapping[str, Param], num_heads: int,
+                             num_kv_heads: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """Gradients keyed like ``to_conv1d_packed`` -> canonical names."""
+    g_attn, g_proj = grads["c_attn"], grads["c_proj"]
+    wa, ba = _np(g_attn.weight), _np(g_attn.bias)  # (E, H*D + 2*K*D)
+    HD = _np(g_proj.weight).shape[0]
+    K = num_heads if num_kv_heads is None else num_kv_heads
+    KD = HD // num_heads * K
+    cuts = [HD, HD + KD]
+    q, k, v = np.split(wa, cuts, axis=1)
+    bq, bk, bv = (None, None, None) if ba is None else np.split(ba, cuts)
+    return _canonical(q, k, v, _np(g_proj.weight), bq, bk, bv, _np(g_proj.bias))
