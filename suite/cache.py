@@ -22,7 +22,7 @@ from suite.environment import library_versions
 
 CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
 # The libraries whose versions decide what a probe finds.
-KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib")
+KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib", "keras", "flax")
 # Source folders whose content decides what a built-in declares (features, deviations).
 _SOURCE_PACKAGES = ("implementations", "suite")
 
@@ -55,6 +55,7 @@ def fingerprint() -> Dict[str, Optional[str]]:
     key = library_versions(KEY_LIBRARIES)
     key.update(python=platform.python_version(), machine=platform.machine(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+               keras_backend=os.environ.get("KERAS_BACKEND"),  # which keras.mha[*] can run
                nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
                sources=_sources_digest())
     return key

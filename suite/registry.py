@@ -37,16 +37,22 @@ BUILTINS: Dict[str, str] = {
     "torch.nn": "implementations.torch_nn:TorchNN",
     "jax.jit": "implementations.jax_jit:JaxJit",
     "jax.nn": "implementations.jax_nn:JaxNN",
+    "flax.mha": "implementations.flax_mha:FlaxMHA",
+    "flax.mha+weights": "implementations.flax_mha:FlaxMHAWeights",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
     "torch.sdpa[*]": "implementations.torch_sdpa:backend_variants",
     "jax.nn[*]": "implementations.jax_nn:backend_variants",
     "torch.compile*": "implementations.torch_compiled:variants",
+    # One Keras backend per process (KERAS_BACKEND); the others are listed as unavailable.
+    "keras.mha*": "implementations.keras_mha:variants",
 }
 INSTALL_HINTS = {
     "torch": "pip install 'mha-suite[torch]'",
     "jax": "pip install 'mha-suite[jax]'",
+    "keras": "pip install 'mha-suite[keras]'",
+    "flax": "pip install 'mha-suite[flax]'",
 }
 
 
