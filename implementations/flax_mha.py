@@ -5,7 +5,7 @@ Names: ``flax.mha`` calls the module as a model does; with its default ``attenti
 ``jax.nn.dot_product_attention``. ``flax.mha+weights`` calls it with ``sow_weights=True``,
 which takes flax's explicit path instead (``dot_product_attention_weights``: einsum,
 ``jnp.where(mask, logits, finfo.min)``, softmax) and sows the weights into
-``nnx.Intermediate`` ``attention_weights``, read back here.
+``nnx.Intermediate`` ``attention_weights``, read back through ``nnx.capture``.
 
 Translation: ``in_features = out_features = E``, ``qkv_features = H*D``, ``num_kv_heads = K``
 (GQA), ``decode=False``, ``dropout_rate=0``, ``deterministic=True``, ``normalize_qk=False``;
@@ -108,10 +108,12 @@ class FlaxMHA(Implementation):
 
         def fwd(params, q, k, v, mask):
             mha = nnx.merge(graphdef, params)
-            out = mha(q, k, v, mask=mask, is_causal=causal, sow_weights=sow)
             if not sow:
-                return out
-            (weights,) = mha.attention_weights.get_value()  # sown once: (B, H, L, S)
+                return mha(q, k, v, mask=mask, is_causal=causal)
+            # nnx.capture collects what the module sows (flax's way to read intermediates).
+            out, sown = nnx.capture(mha, nnx.Intermediate)(q, k, v, mask=mask,
+                                                           is_causal=causal, sow_weights=True)
+            (weights,) = sown["attention_weights"].get_value()  # sown once: (B, H, L, S)
             return out, weights
 
         key = (device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, causal, sow,

@@ -50,10 +50,15 @@ def _default_backend() -> str:
     return "torch" if importlib.util.find_spec("torch") is not None else "jax"
 
 
-# Set before keras is imported: it reads the backend once, at import.
+# Set while keras is imported (it reads the backend once, at import), then unset again, so
+# the process's environment (and what its subprocesses inherit) is the user's.
+_CHOSEN = "KERAS_BACKEND" not in os.environ
 os.environ.setdefault("KERAS_BACKEND", _default_backend())
-
-import keras  # noqa: E402
+try:
+    import keras  # noqa: E402
+finally:
+    if _CHOSEN:
+        del os.environ["KERAS_BACKEND"]
 
 BACKEND = keras.config.backend()
 BACKENDS = ("torch", "jax", "tensorflow")
@@ -89,6 +94,20 @@ def call_kwargs(p: Problem) -> Dict[str, Any]:
     return {"attention_mask": parts.mask, "use_causal_mask": parts.causal == "top_left"}
 
 
+# How the fused path (ops.dot_product_attention) masks, per backend (read in keras's
+# backend/*/nn.py, confirmed by the conformance cases).
+_FUSED_MASKING = {
+    "torch": "the torch backend turns the boolean mask into an additive -0.7 * max-float mask "
+             "for F.scaled_dot_product_attention, so a fully masked row's logits are all equal",
+    "jax": "the jax backend passes the mask to jax.nn.dot_product_attention, which gives such "
+           "a row uniform weights",
+}
+_NAN_PADDING = Deviation(
+    "confined", "NaN in a masked key or value position gives NaN rows: a NaN logit stays NaN "
+                "under the mask and 0 * NaN is NaN in weights @ v "
+                f"(measured, keras {keras.__version__}, {BACKEND} backend)")
+
+
 class KerasMHA(Implementation):
     """The layer on this process's backend; ``need_weights`` picks the explicit path."""
 
@@ -96,7 +115,13 @@ class KerasMHA(Implementation):
     framework = FRAMEWORK[BACKEND]
     features = FEATURES
     with_weights = False
-    deviations: Dict[str, Deviation] = {}
+    deviations: Dict[str, Deviation] = {
+        "fully_masked_rows": Deviation(
+            "mean_values", "a query row with no key to attend gives the mean of the values, not "
+                           f"a zero head output: {_FUSED_MASKING.get(BACKEND, '')} (measured, "
+                           f"keras {keras.__version__}, {BACKEND} backend)"),
+        "nan_padding": _NAN_PADDING,
+    }
 
     def __init__(self) -> None:
         self._compiled: Dict[Tuple, Any] = {}
@@ -192,6 +217,9 @@ class KerasMHAWeights(KerasMHA):
     name = f"keras.mha[{BACKEND}]+weights"
     features = FEATURES | {"weights"}
     with_weights = True
+    # The explicit path's masked Softmax zeroes masked weights after the softmax, so a fully
+    # masked row gives the spec's zero head output; NaN padding still reaches weights @ v.
+    deviations = {"nan_padding": _NAN_PADDING}
 
 
 def _usable(dtype: str, need_weights: bool) -> bool:

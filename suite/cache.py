@@ -55,7 +55,6 @@ def fingerprint() -> Dict[str, Optional[str]]:
     key = library_versions(KEY_LIBRARIES)
     key.update(python=platform.python_version(), machine=platform.machine(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-               keras_backend=os.environ.get("KERAS_BACKEND"),  # which keras.mha[*] can run
                nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
                sources=_sources_digest())
     return key
