@@ -104,7 +104,9 @@ class FlaxMHA(Implementation):
         t = JAX_DTYPES[dtype]
         x = [jax.device_put(np.asarray(a).astype(t), dev) for a in (p.query, p.key, p.value)]
         mask = None if parts.mask is None else jax.device_put(parts.mask, dev)  # (B, H|1, L, S)
-        causal, sow = parts.causal == "top_left", need_weights
+        # The +weights name always sows, so a sweep (which asks for no weights) times the
+        # path its name says.
+        causal, sow = parts.causal == "top_left", need_weights or self.sow_weights
 
         def fwd(params, q, k, v, mask):
             mha = nnx.merge(graphdef, params)

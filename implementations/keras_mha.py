@@ -109,7 +109,8 @@ _NAN_PADDING = Deviation(
 
 
 class KerasMHA(Implementation):
-    """The layer on this process's backend; ``need_weights`` picks the explicit path."""
+    """The layer on this process's backend: the fused path, or with ``need_weights`` (always,
+    for the +weights name) the explicit one."""
 
     name = f"keras.mha[{BACKEND}]"
     framework = FRAMEWORK[BACKEND]
@@ -143,7 +144,9 @@ class KerasMHA(Implementation):
             raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
         p = problem
         kw = call_kwargs(p)
-        kw["return_attention_scores"] = need_weights
+        # The +weights name always takes the weights path, so a sweep (which asks for no
+        # weights) times the path its name says.
+        kw["return_attention_scores"] = need_weights or self.with_weights
         with keras.device("cpu"):
             layer = build_layer(p, dtype)
             x = [keras.ops.convert_to_tensor(a, dtype=dtype) for a in (p.query, p.key, p.value)]
