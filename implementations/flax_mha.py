@@ -30,12 +30,12 @@ from flax import nnx
 from implementations.jax_common import JAX_DTYPES, gpu_count, jax_device
 from suite import adapters, cache
 from suite.plugin import Deviation, Implementation, Result, Unsupported
-from suite.problem import Problem
+from suite.problem import Problem, cotangent
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
 FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                      "gqa"})
+                      "gqa", "grad"})
 
 
 def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
@@ -118,13 +118,21 @@ class FlaxMHA(Implementation):
             (weights,) = sown["attention_weights"].get_value()  # sown once: (B, H, L, S)
             return out, weights
 
-        key = (device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, causal, sow,
+        fn, args = fwd, (params, *x, mask)
+        if grad:  # forward + backward of sum(out * cotangent), w.r.t. the weights and inputs
+            def fn(params, q, k, v, mask, g):
+                def output(*a):  # the output alone (the +weights path also returns weights)
+                    res = fwd(*a, mask)
+                    return res[0] if sow else res
+                out, vjp = jax.vjp(output, params, q, k, v)
+                return out, vjp(g)
+            args = (*args, jax.device_put(cotangent(p).astype(t), dev))
+        key = (device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, causal, sow, grad,
                None if mask is None else mask.shape, graphdef)
-        args = (params, *x, mask)
         start = time.perf_counter()
         if key not in self._compiled:
-            self._compiled[key] = jax.jit(fwd).lower(*args).compile()
-        return {"exe": self._compiled[key], "args": args, "out": None,
+            self._compiled[key] = jax.jit(fn).lower(*args).compile()
+        return {"exe": self._compiled[key], "args": args, "out": None, "grad": grad,
                 "compile_s": time.perf_counter() - start}
 
     def run(self, state: Dict[str, Any]):
@@ -135,6 +143,15 @@ class FlaxMHA(Implementation):
         jax.block_until_ready(state["out"])
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
+        if state["grad"]:
+            out, (g_params, *g_inputs) = handle
+            grads = adapters.grads_from_einsum({
+                role: adapters.Param(_np(g_params[attr]["kernel"].get_value()),
+                                     _np(g_params[attr]["bias"].get_value())
+                                     if "bias" in g_params[attr] else None)
+                for role, attr in zip("qkvo", ("query", "key", "value", "out"))})
+            grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
+            return Result(_np(out), None, grads)
         out, weights = handle if isinstance(handle, tuple) else (handle, None)
         return Result(_np(out), None if weights is None else _np(weights))
 
