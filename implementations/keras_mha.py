@@ -34,7 +34,7 @@ import numpy as np
 
 from suite import adapters, cache
 from suite.plugin import Deviation, Implementation, Result, Unsupported
-from suite.problem import Problem
+from suite.problem import Problem, cotangent
 
 
 def _default_backend() -> str:
@@ -63,7 +63,8 @@ finally:
 BACKEND = keras.config.backend()
 BACKENDS = ("torch", "jax", "tensorflow")
 FRAMEWORK = {"torch": "torch", "jax": "jax", "tensorflow": "tensorflow"}
-FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross"})
+FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
+                      "grad"})
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -152,7 +153,11 @@ class KerasMHA(Implementation):
             x = [keras.ops.convert_to_tensor(a, dtype=dtype) for a in (p.query, p.key, p.value)]
             if kw["attention_mask"] is not None:
                 kw["attention_mask"] = keras.ops.convert_to_tensor(kw["attention_mask"])
-        state = {"layer": layer, "inputs": x, "kwargs": kw, "out": None, "compile_s": 0.0}
+            g = keras.ops.convert_to_tensor(cotangent(p), dtype=dtype) if grad else None
+        if grad and BACKEND == "torch":
+            x = [t.requires_grad_(True) for t in x]  # separate leaves, each with its gradient
+        state = {"layer": layer, "inputs": x, "kwargs": kw, "out": None, "compile_s": 0.0,
+                 "grad": grad, "cotangent": g}
         if BACKEND == "jax":
             self._jit(state, p, dtype)
         return state
@@ -165,16 +170,27 @@ class KerasMHA(Implementation):
         mask = kw.pop("attention_mask")
         variables = ([v.value for v in layer.trainable_variables],
                      [v.value for v in layer.non_trainable_variables])
-        key = (dtype, p.B, p.L, p.S, p.E, p.H, len(variables[0]),
+        key = (dtype, p.B, p.L, p.S, p.E, p.H, len(variables[0]), state["grad"],
                None if mask is None else tuple(mask.shape), tuple(sorted(kw.items())))
         args = (*variables, *state["inputs"], mask)
+        if state["grad"]:
+            args = (*args, state["cotangent"])
         start = time.perf_counter()
         if key not in self._compiled:
             def fwd(trainable, non_trainable, q, k, v, attention_mask):
                 out, _ = layer.stateless_call(trainable, non_trainable, q, v, key=k,
                                               attention_mask=attention_mask, **kw)
                 return out
-            self._compiled[key] = jax.jit(fwd).lower(*args).compile()
+
+            def fwd_bwd(trainable, non_trainable, q, k, v, attention_mask, g):
+                def output(trainable, q, k, v):  # the output alone, without weights
+                    res = fwd(trainable, non_trainable, q, k, v, attention_mask)
+                    return res[0] if kw["return_attention_scores"] else res
+                out, vjp = jax.vjp(output, trainable, q, k, v)
+                return out, vjp(g)  # w.r.t. the trainable variables and the inputs
+
+            fn = fwd_bwd if state["grad"] else fwd
+            self._compiled[key] = jax.jit(fn).lower(*args).compile()
         state["compile_s"] = time.perf_counter() - start
         state["exe"], state["args"] = self._compiled[key], args
 
@@ -183,6 +199,14 @@ class KerasMHA(Implementation):
             state["out"] = state["exe"](*state["args"])
             return state["out"]
         q, k, v = state["inputs"]
+        if state["grad"]:  # torch: forward + backward of sum(out * cotangent)
+            for t in (*state["layer"].trainable_variables, *state["inputs"]):
+                (t.value if hasattr(t, "value") else t).grad = None
+            res = state["layer"](q, v, key=k, **state["kwargs"])
+            out = res[0] if isinstance(res, (tuple, list)) else res
+            out.backward(state["cotangent"])
+            state["out"] = out.detach()
+            return state["out"]
         with _no_grad():
             state["out"] = state["layer"](q, v, key=k, **state["kwargs"])
         return state["out"]
@@ -194,8 +218,30 @@ class KerasMHA(Implementation):
             jax.block_until_ready(state["out"])
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
+        if state["grad"]:
+            return self._fetch_grads(state, handle)
         out, weights = handle if isinstance(handle, (tuple, list)) else (handle, None)
         return Result(_np(out), None if weights is None else _np(weights))
+
+    def _fetch_grads(self, state: Dict[str, Any], handle) -> Result:
+        """Gradients of the EinsumDense kernels and biases, mapped to the canonical names."""
+        layer = state["layer"]
+        trainable = list(layer.trainable_variables)
+        if BACKEND == "jax":
+            out, (g_vars, *g_inputs) = handle
+            def grad_of(var):
+                return next(g for v, g in zip(trainable, g_vars) if v is var)
+        else:
+            out, g_inputs = handle, [t.grad for t in state["inputs"]]
+            def grad_of(var):
+                return var.value.grad
+        dense = (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)
+        grads = adapters.grads_from_einsum({
+            role: adapters.Param(_np(grad_of(d.kernel)),
+                                 None if d.bias is None else _np(grad_of(d.bias)))
+            for role, d in zip("qkvo", dense)})
+        grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
+        return Result(_np(out), None, grads)
 
     def fresh(self) -> KerasMHA:
         return type(self)()
