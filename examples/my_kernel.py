@@ -8,8 +8,10 @@ from implementations.numpy_mha import NumpyCore
 class MyKernel(NumpyCore):
     name = "mine.kernel"
 
-    def attend(self, q, k, v, bias, scale, need_weights):
-        # q (B, H, L, D), k and v (B, H, S, D), bias (B, H|1, L, S) with -inf where masked.
+    def attend(self, q, k, v, mask, scale, need_weights):
+        # q (B, H, L, D), k and v (B, H, S, D); mask.bias (B, H|1, L, S) with -inf where
+        # masked, or None (suite.adapters.AttendMask).
+        bias = mask.bias
         s = q @ k.swapaxes(-1, -2) * scale  # (B, H, L, S)
         if bias is not None:  # masked scores exactly -inf, even where padded keys hold NaN
             s = np.where(np.isneginf(bias), -np.inf, s + bias)

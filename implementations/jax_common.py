@@ -6,7 +6,7 @@ dispatch only. Compilation happens in ``prepare`` (``jit(...).lower(...).compile
 and its seconds go to ``state["compile_s"]``; executables are cached per shape.
 
 A JAX kernel that only computes attention subclasses ``JaxCore`` and writes
-``attend`` (traced under jit)::
+``attend`` (traced under jit), with the signature the NumPy and torch cores share::
 
     import jax, jax.numpy as jnp
     from implementations.jax_common import JaxCore
@@ -14,25 +14,26 @@ A JAX kernel that only computes attention subclasses ``JaxCore`` and writes
     class MyKernel(JaxCore):
         name = "mine.jax"
 
-        def attend(self, q, k, v, mask, scale):
-            # q (B, H, L, D); k, v (B, H, S, D); mask["bias"]: (B, H|1, L, S), -inf where
-            # masked, or None. Return the heads (B, H, L, D).
+        def attend(self, q, k, v, mask, scale, need_weights):
+            # q (B, H, L, D); k, v (B, H, S, D); mask: a suite.adapters.AttendMask of jax
+            # arrays, mask.bias (B, H|1, L, S) with -inf where masked, or None.
             s = q @ k.swapaxes(-1, -2) * scale
-            if mask["bias"] is not None:
-                s = s + mask["bias"]
-            return jax.nn.softmax(s, axis=-1) @ v
+            if mask.bias is not None:
+                s = s + mask.bias
+            return jax.nn.softmax(s, axis=-1) @ v, None  # heads (B, H, L, D), no weights
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from suite import cache
+from suite.adapters import AttendMask, attend_mask
 from suite.plugin import Implementation, Result
 from suite.problem import Problem, cotangent
 
@@ -55,19 +56,6 @@ def gpu_count() -> int:
         return len(jax.devices("gpu"))
     except RuntimeError:  # no GPU backend
         return 0
-
-
-def mask_arrays(p: Problem) -> Dict[str, Optional[np.ndarray]]:
-    """The canonical mask as arrays: bias (-inf where masked), allowed, dead keys."""
-    m = p.mask
-    if m.is_empty():
-        return {"bias": None, "allowed": None, "dead": None}
-    heads = 1 if all(a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1
-                     for a in (m.allowed, m.bias)) else p.H
-    allowed = m.dense_allowed(p.B, heads, p.L, p.S)  # (B, H|1, L, S)
-    dead = ~allowed.any(axis=2)[..., None]  # (B, H|1, S, 1): keys no query may attend
-    return {"bias": m.dense_bias(p.B, heads, p.L, p.S), "allowed": allowed,
-            "dead": dead if dead.any() else None}
 
 
 def zero_dead_values(v, dead):
@@ -104,10 +92,11 @@ class JaxCore(Implementation):
     def dtypes(self, device: str) -> Sequence[str]:
         return ("float32", "float16", "bfloat16")
 
-    def attend(self, q, k, v, mask: Dict[str, Any], scale: float):
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
         raise NotImplementedError
 
-    def forward(self, x: Dict[str, Any], mask: Dict[str, Any], shape: Tuple, scale: float):
+    def forward(self, x: Dict[str, Any], mask: AttendMask, shape: Tuple, scale: float):
         B, L, S, H, K, D = shape
 
         def proj(inp, w, b):
@@ -120,7 +109,7 @@ class JaxCore(Implementation):
         if self.repeat_kv and K != H:  # query head h reads kv head h // (H // K)
             k = jnp.repeat(k, H // K, axis=1)  # (B, H, S, D)
             v = jnp.repeat(v, H // K, axis=1)  # (B, H, S, D)
-        heads = self.attend(q, k, v, mask, scale)  # (B, H, L, D)
+        heads, _ = self.attend(q, k, v, mask, scale, False)  # (B, H, L, D)
         concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
         return proj(concat, x["w_o"], x["b_o"])  # (B, L, E)
 
@@ -135,18 +124,16 @@ class JaxCore(Implementation):
 
         x = {"query": put(p.query), "key": put(p.key), "value": put(p.value),
              **{k: put(v) for k, v in p.weights.as_dict().items()}}
-        marr = mask_arrays(p)
-        mask = {"bias": put(marr["bias"]), "allowed": put(marr["allowed"], bool),
-                "dead": put(marr["dead"], bool), "kinds": p.mask.kinds,
-                "causal_align": p.mask.causal_align, "valid_lens": put(p.mask.valid_lens, np.int32)}
+        mask = attend_mask(p, put_float=put, put_bool=lambda a: put(a, bool))
         shape = (p.B, p.L, p.S, p.H, p.K, p.D)
         scale = p.effective_scale
         g = put(cotangent(p)) if grad else None
-        static = {k: mask[k] for k in ("kinds", "causal_align")}
-        dyn_mask = {k: v for k, v in mask.items() if k not in static}
+        # The arrays go through jit as arguments; the rest of the mask is static.
+        static = {k: getattr(mask, k) for k in ("causal_only", "kinds", "causal_align")}
+        dyn_mask = {k: getattr(mask, k) for k in ("bias", "allowed", "dead_keys")}
 
         def fwd(x, dyn):
-            return self.forward(x, {**dyn, **static}, shape, scale)
+            return self.forward(x, AttendMask(**dyn, **static), shape, scale)
 
         if grad:
             def fn(x, dyn, g):

@@ -35,17 +35,17 @@ class JaxNN(JaxCore):
     def dtypes(self, device: str) -> Sequence[str]:
         return [t for t in super().dtypes(device) if _usable(device, t, self.implementation)]
 
-    def attend(self, q, k, v, mask, scale):
+    def attend(self, q, k, v, mask, scale, need_weights):
         # Values go in untouched: what the library does with NaN padding is the measurement.
         q, k, v = q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)  # (B, L|S, H|K, D)
         kw = {"scale": scale, "implementation": self.implementation}
-        if mask["kinds"] == {"causal"}:
+        if mask.causal_only:
             kw["is_causal"] = True
-        elif mask["bias"] is not None:
-            kw["mask"] = mask["allowed"]
-            kw["bias"] = jnp.where(mask["allowed"], mask["bias"], 0).astype(q.dtype)
+        elif mask.bias is not None:
+            kw["mask"] = mask.allowed  # True = attend, as ours
+            kw["bias"] = jnp.where(mask.allowed, mask.bias, 0).astype(q.dtype)
         out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, L, H, D)
-        return out.swapaxes(1, 2)  # (B, H, L, D)
+        return out.swapaxes(1, 2), None  # (B, H, L, D)
 
 
 class JaxNNCudnn(JaxNN):

@@ -163,7 +163,7 @@ class NumpyFlashMHA(NumpyCore):
             "valid_lens": None, "causal": False, "allowed": None, "bias": None}))
         state = super().prepare(bare, device, dtype, need_weights=False, grad=grad)
         state["p"] = problem
-        state["bias"] = tile_mask(problem, _compute_dtype(NP_DTYPES[dtype]))
+        state["mask"] = tile_mask(problem, _compute_dtype(NP_DTYPES[dtype]))
         return state
 
     # --- the attention core -----------------------------------------------------------------
@@ -209,7 +209,7 @@ class NumpyFlashMHA(NumpyCore):
                                 (("q", L), ("k", S), ("v", S)) for b in range(B)
                                 for step in [self._chunk(B * n)] for r0 in range(0, n, step)])
             heads = self._attend(q.reshape(B, L, H, D).transpose(0, 2, 1, 3),  # (B, H, L, D)
-                                 kt, va, s["bias"], s["scale"], heads)
+                                 kt, va, s["mask"], s["scale"], heads)
             # heads is a (B, L, H, D) buffer seen as (B, H, L, D): this reshape is free.
             out = self._project(heads.transpose(0, 2, 1, 3).reshape(B, L, H * D),
                                 w["w_o"], w["b_o"])  # (B, L, E)
@@ -247,11 +247,11 @@ class NumpyFlashMHA(NumpyCore):
             np.copyto(into[b, :, r0:r1, :D], x.transpose(1, 0, 2), casting="same_kind")
             into[b, :, r0:r1, D] = 1
 
-    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: Optional[TileMask],
+    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[TileMask],
                scale: float, need_weights: bool) -> Tuple[np.ndarray, None]:
-        """q (B, H, L, D), k/v (B, K, S, D) with K dividing H (query head h reads kv head
-        h // (H // K)), ``bias`` a TileMask -> (heads (B, H, L, D) over a (B, L, H, D)
-        buffer, None)."""
+        """The cores' ``attend`` signature with this kernel's own mask type: q (B, H, L, D),
+        k/v (B, K, S, D) with K dividing H (query head h reads kv head h // (H // K)),
+        ``mask`` a TileMask or None -> (heads (B, H, L, D) over a (B, L, H, D) buffer, None)."""
         B, H, L, D = q.shape
         K, S = k.shape[1], k.shape[2]
         t = _compute_dtype(q.dtype)
@@ -260,7 +260,7 @@ class NumpyFlashMHA(NumpyCore):
         with self._one_blas_thread():
             self._map(lambda b: (self._stage(k[b].transpose(1, 0, 2), kt, "k", b, 0),
                                  self._stage(v[b].transpose(1, 0, 2), va, "v", b, 0)), range(B))
-            return self._attend(q, kt, va, bias, scale), None
+            return self._attend(q, kt, va, mask, scale), None
 
     def _attend(self, q: np.ndarray, kt: np.ndarray, va: np.ndarray, bias: Optional[TileMask],
                 scale: float, heads: Optional[np.ndarray] = None) -> np.ndarray:

@@ -1,7 +1,9 @@
 """NumPy MHA: the tutorials' vectorised algorithm, and the adapter other NumPy kernels reuse.
 
 ``NumpyCore`` does the untimed and projection work; a NumPy attention kernel
-subclasses it and supplies only ``attend`` (per-head q, k, v -> head outputs).
+subclasses it and supplies only ``attend(q, k, v, mask, scale, need_weights)`` (per-head
+q, k, v -> head outputs), the signature the torch and jax cores share; ``mask`` is a
+``suite.adapters.AttendMask`` of NumPy arrays in the compute dtype.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from suite.adapters import AttendMask, attend_mask
 from suite.plugin import Implementation, Result
 from suite.problem import Problem
 
@@ -41,20 +44,16 @@ class NumpyCore(Implementation):
         def cast(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
             return None if a is None else np.ascontiguousarray(a, dtype=t)
 
-        B, H, L, S = p.B, p.H, p.L, p.S
-        mask = p.mask
-        bias = None
-        if not mask.is_empty():
-            # The bias already carries -inf where the boolean parts forbid attention.
-            bias = cast(mask.dense_bias(B, 1 if _head_free(mask) else H, L, S))
+        # The bias carries -inf where the boolean parts forbid attention.
+        mask = attend_mask(p, put_float=cast)
         return {"p": p, "dtype": t, "need_weights": need_weights,
                 "query": cast(p.query), "key": cast(p.key), "value": cast(p.value),
                 "w": {k: cast(v) for k, v in p.weights.as_dict().items()},
-                "bias": bias, "scale": t(p.effective_scale)}
+                "mask": mask, "scale": t(p.effective_scale)}
 
-    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: Optional[np.ndarray],
+    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: AttendMask,
                scale: float, need_weights: bool):
-        """q (B, H, L, D), k/v (B, H, S, D), bias broadcastable to (B, H, L, S) or None.
+        """q (B, H, L, D), k/v (B, H, S, D), mask.bias (B, H|1, L, S) or None.
 
         Returns (heads (B, H, L, D), weights (B, H, L, S) or None).
         """
@@ -76,7 +75,7 @@ class NumpyCore(Implementation):
         if K != H:  # query head h reads kv head h // (H // K)
             k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
             v = np.repeat(v, H // K, axis=1)  # (B, H, S, D)
-        heads, weights = self.attend(q, k, v, s["bias"], s["scale"], s["need_weights"])
+        heads, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
         out = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D) @ w["w_o"]  # (B, L, E)
         if w["b_o"] is not None:
             out += w["b_o"]
@@ -88,19 +87,14 @@ class NumpyCore(Implementation):
                       None if weights is None else weights.astype(np.float64))
 
 
-def _head_free(mask) -> bool:
-    """True when no mask part varies over heads, so a (B, 1, L, S) bias suffices."""
-    return all(a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1
-               for a in (mask.allowed, mask.bias))
-
-
 class NumpyMHA(NumpyCore):
     """Scores, masked softmax, weighted sum: the plain vectorised algorithm."""
 
     name = "numpy"
     features = NumpyCore.features | {"weights"}
 
-    def attend(self, q, k, v, bias, scale, need_weights):
+    def attend(self, q, k, v, mask, scale, need_weights):
+        bias = mask.bias
         scores = (q @ k.transpose(0, 1, 3, 2)) * scale  # (B, H, L, S)
         if bias is not None:
             scores += bias

@@ -22,9 +22,11 @@ per-head q, k, v subclasses it and writes ``attend``; the adapter does the rest:
                 s = s + mask.bias
             return masked_softmax(s) @ v, None  # heads (B, H, L, D), no weights
 
-Register it with ``--plugin path/to/file.py:MyKernel``. ``mask`` also carries
-``allowed`` (bool, True = attend), ``causal_only`` (the whole mask is top-left causal)
-and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded values (NaN padding).
+Register it with ``--plugin path/to/file.py:MyKernel``. ``mask`` is a
+``suite.adapters.AttendMask`` of tensors on the device (the signature the NumPy and JAX
+cores share): also ``allowed`` (bool, True = attend), ``causal_only`` (the whole mask is
+top-left causal) and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded values
+(NaN padding).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from suite import adapters
+from suite.adapters import AttendMask, attend_mask
 from suite.plugin import Implementation, Result
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
@@ -42,35 +46,13 @@ TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-@dataclasses.dataclass
-class TorchMask:
-    """The canonical mask on the device, in the forms kernels take.
-
-    allowed: bool (B, H|1, L, S), True = may attend, or None when nothing is masked;
-    bias: float (B, H|1, L, S), the additive bias with -inf where not allowed, or None;
-    causal_only: True when the whole mask is top-left causal (``is_causal`` suffices);
-    dead_keys: bool (B, H|1, S, 1), keys no query may attend (their values are zeroed).
-    """
-
-    allowed: Optional[torch.Tensor]
-    bias: Optional[torch.Tensor]
-    causal_only: bool
-    dead_keys: Optional[torch.Tensor]
+TorchMask = AttendMask  # the mask ``attend`` receives, tensors on the device
 
 
-def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> TorchMask:
-    m = p.mask
-    if m.is_empty():
-        return TorchMask(None, None, False, None)
-    heads = 1 if all(a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1
-                     for a in (m.allowed, m.bias)) else p.H
-    allowed_np = m.dense_allowed(p.B, heads, p.L, p.S)  # (B, H|1, L, S)
-    bias_np = m.dense_bias(p.B, heads, p.L, p.S)  # -inf where not allowed
-    allowed = torch.as_tensor(allowed_np, device=device)
-    bias = torch.as_tensor(bias_np, device=device, dtype=dtype)
-    dead = torch.as_tensor(~allowed_np.any(axis=2)[..., None], device=device)  # (B, H|1, S, 1)
-    causal_only = m.kinds == {"causal"}
-    return TorchMask(allowed, bias, causal_only, dead if bool(dead.any()) else None)
+def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> AttendMask:
+    """The canonical mask of ``p`` as tensors on ``device`` (the bias in ``dtype``)."""
+    return attend_mask(p, put_float=lambda a: torch.as_tensor(a, device=device, dtype=dtype),
+                       put_bool=lambda a: torch.as_tensor(a, device=device))
 
 
 class TorchCore(Implementation):
@@ -95,7 +77,7 @@ class TorchCore(Implementation):
             return ("float32", "float16", "bfloat16")
         return ("float64", "float32", "float16", "bfloat16")
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: TorchMask,
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttendMask,
                scale: float, need_weights: bool):
         """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
         raise NotImplementedError
@@ -123,9 +105,6 @@ class TorchCore(Implementation):
                  "compile_s": None}
         self.after_prepare(state)
         return state
-
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        """Hook for compiling plugins: warm up here, untimed, and set state['compile_s']."""
 
     def forward(self, state: Dict[str, Any]):
         p, x = state["p"], state["tensors"]
@@ -170,7 +149,94 @@ class TorchCore(Implementation):
         return Result(_np(out), None if weights is None else _np(weights), grads)
 
 
-def zero_dead_values(v: torch.Tensor, mask: TorchMask) -> torch.Tensor:
+class TorchModuleCore(TorchCore):
+    """A whole torch module (projections included) as a plugin: subclasses write ``build``
+    (the module for a problem) and ``call`` (one forward); weights go in and gradients come
+    back through ``suite.adapters``, by default in the ``nn.Linear`` layout of the four
+    submodules named in ``layers`` (override ``load_weights``/``weight_grads`` for others).
+
+    The mask reaches ``call`` as ``suite.adapters.MaskParts`` split with ``mask_split``
+    (default: everything in one per-head boolean ``mask``, True = attend), its arrays as
+    tensors on the device (``bias`` in the compute dtype).
+    """
+
+    features = frozenset({"cross", "grad"})  # declare what the module really handles
+    layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
+    mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,
+                                  "native_causal": (), "per_head": True}
+
+    def build(self, problem: Problem) -> torch.nn.Module:
+        """The module for ``problem`` (its sizes; weights are loaded afterwards)."""
+        raise NotImplementedError
+
+    def call(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+             value: torch.Tensor, mask: adapters.MaskParts, need_weights: bool):
+        """One forward: -> (output (B, L, E), attention weights (B, H, L, S) or None)."""
+        raise NotImplementedError
+
+    def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
+        for role, layer in adapters.to_linear(problem.weights).items():
+            target = getattr(module, self.layers[role])
+            target.weight.copy_(torch.as_tensor(layer.weight))  # (out, in)
+            if layer.bias is not None:
+                target.bias.copy_(torch.as_tensor(layer.bias))
+
+    def weight_grads(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
+        def grad(t):
+            return None if t is None or t.grad is None else _np(t.grad)
+
+        return adapters.grads_from_linear({
+            role: adapters.Param(grad(getattr(module, name).weight),
+                                 grad(getattr(module, name).bias))
+            for role, name in self.layers.items()})
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if dtype not in TORCH_DTYPES:
+            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
+        module = self.build(p)
+        with torch.no_grad():
+            self.load_weights(module, p)
+        module = module.to(dev, t).eval()
+
+        def put(a: np.ndarray) -> torch.Tensor:
+            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
+            return x.requires_grad_(True) if grad else x
+
+        parts = adapters.split_mask(p, **self.mask_split)
+        mask = dataclasses.replace(parts, **{
+            n: None if a is None else torch.as_tensor(
+                np.ascontiguousarray(a), device=dev, dtype=t if n == "bias" else None)
+            for n, a in (("key_padding", parts.key_padding), ("mask", parts.mask),
+                         ("bias", parts.bias))})
+        state = {"p": p, "device": dev, "module": module, "need_weights": need_weights,
+                 "tensors": {n: put(getattr(p, n)) for n in ("query", "key", "value")},
+                 "grad": grad, "mask": mask, "compile_s": None,
+                 "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None}
+        self.after_prepare(state)
+        return state
+
+    def forward(self, state: Dict[str, Any]):
+        x = state["tensors"]
+        return self.call(state["module"], x["query"], x["key"], x["value"], state["mask"],
+                         state["need_weights"])
+
+    def run(self, state: Dict[str, Any]):
+        if state["grad"]:
+            state["module"].zero_grad(set_to_none=True)
+        return super().run(state)
+
+    def fetch(self, state: Dict[str, Any], handle) -> Result:
+        result = super().fetch(state, handle)
+        if state["grad"]:
+            result.grads = {**result.grads, **self.weight_grads(state["module"])}
+        return result
+
+
+def zero_dead_values(v: torch.Tensor, mask: AttendMask) -> torch.Tensor:
     """Zero value rows no query may attend (padding may hold NaN, and 0 * NaN is NaN).
 
     v (B, K, S, D) may have fewer heads than the mask (GQA): a kv head's key is dead

@@ -17,9 +17,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
+from implementations.torch_common import TorchCore, masked_softmax, zero_dead_values
 from implementations.torch_eager import TorchEager
 from suite import cache
+from suite.adapters import AttendMask
 from suite.plugin import Deviation
 
 cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
@@ -46,7 +47,7 @@ class TorchCompiled(TorchEager):
             v = v.masked_fill(dead, 0.0)
         return masked_softmax(scores) @ v  # (B, H, L, D)
 
-    def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         dead = mask.dead_keys
         if dead is not None and dead.shape[1] not in (1, v.shape[1]):
             v = zero_dead_values(v, mask)
@@ -113,7 +114,7 @@ class TorchFlex(TorchCore):
         # FlexAttention's CPU lowering takes float32, float16 and bfloat16 only (measured).
         return [d for d in super().dtypes(device) if d != "float64"]
 
-    def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
         if mask.bias is not None:
             B, Hm, L, S = mask.bias.shape  # Hm is H or 1 (head-free mask)

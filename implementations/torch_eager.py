@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from implementations.torch_common import TorchCore, TorchMask, masked_softmax, zero_dead_values
+from implementations.torch_common import TorchCore, masked_softmax, zero_dead_values
+from suite.adapters import AttendMask
 
 
 class TorchEager(TorchCore):
     name = "torch.eager"
     features = TorchCore.features | {"weights"}
 
-    def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, L, S)
         if mask.bias is not None:
             # Masked scores are exactly -inf, even where padded keys hold NaN.

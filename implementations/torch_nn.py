@@ -11,13 +11,13 @@ may take its inference fast path, as it would for a user's model in eval mode.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
 from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
+from suite import adapters
 from suite.plugin import Deviation, Result
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
@@ -52,13 +52,13 @@ class TorchNN(TorchCore):
         has_bias = w.b_q is not None
         mha = torch.nn.MultiheadAttention(p.E, p.H, bias=has_bias, batch_first=True,
                                           device=dev, dtype=t)
+        packed = adapters.to_packed(w)  # in_proj (3E, E), out_proj (E, E): left-multiply
         with torch.no_grad():
-            mha.in_proj_weight.copy_(torch.as_tensor(
-                np.concatenate([w.w_q.T, w.w_k.T, w.w_v.T])))  # (3E, E)
-            mha.out_proj.weight.copy_(torch.as_tensor(w.w_o.T))  # (E, E)
+            mha.in_proj_weight.copy_(torch.as_tensor(packed["in_proj_weight"]))
+            mha.out_proj.weight.copy_(torch.as_tensor(packed["out_proj_weight"]))
             if has_bias:
-                mha.in_proj_bias.copy_(torch.as_tensor(np.concatenate([w.b_q, w.b_k, w.b_v])))
-                mha.out_proj.bias.copy_(torch.as_tensor(w.b_o))
+                mha.in_proj_bias.copy_(torch.as_tensor(packed["in_proj_bias"]))
+                mha.out_proj.bias.copy_(torch.as_tensor(packed["out_proj_bias"]))
         mha.eval()
 
         def put(a):
@@ -98,15 +98,15 @@ class TorchNN(TorchCore):
         out, weights = handle
         grads = None
         if s["grad"]:
-            E, mha = s["p"].E, s["mha"]
+            mha = s["mha"]
             grads = {n: _np(t.grad) for n, t in s["inputs"].items()}
-            g_in = _np(mha.in_proj_weight.grad)  # (3E, E), left-multiply
-            grads.update(w_q=g_in[:E].T, w_k=g_in[E:2 * E].T, w_v=g_in[2 * E:].T,
-                         w_o=_np(mha.out_proj.weight.grad).T)
-            if mha.in_proj_bias is not None:
-                g_b = _np(mha.in_proj_bias.grad)
-                grads.update(b_q=g_b[:E], b_k=g_b[E:2 * E], b_v=g_b[2 * E:],
-                             b_o=_np(mha.out_proj.bias.grad))
+
+            def g(param):
+                return None if param is None else _np(param.grad)
+
+            grads.update(adapters.grads_from_packed({
+                "in_proj_weight": g(mha.in_proj_weight), "in_proj_bias": g(mha.in_proj_bias),
+                "out_proj_weight": g(mha.out_proj.weight), "out_proj_bias": g(mha.out_proj.bias)}))
             grads = {n: g for n, g in grads.items() if n in GRAD_NAMES}
         return Result(_np(out), None if weights is None else _np(weights), grads)
 
@@ -117,21 +117,19 @@ def torch_nn_masks(p: Problem, dev: torch.device, t: torch.dtype
 
     Both use its polarity: a bool True means NOT allowed; a float is added to the logits.
     """
-    m, B, H, L, S = p.mask, p.B, p.H, p.L, p.S
-    padded = None
-    if m.valid_lens is not None and np.ndim(m.valid_lens) == 1:
-        padded = np.arange(S)[None, :] >= np.asarray(m.valid_lens)[:, None]  # (B, S)
-        m = dataclasses.replace(m, valid_lens=None)
+    B, H, L, S = p.B, p.H, p.L, p.S
+    parts = adapters.split_mask(p, true_means="masked", key_padding=True, native_causal=())
     attn_mask = None
-    if m.bias is not None:
-        bias = m.dense_bias(B, H, L, S)  # (B, H, L, S), -inf where masked
+    if parts.bias is not None:
+        bias = np.broadcast_to(parts.additive(), (B, H, L, S))  # -inf where masked
         attn_mask = torch.as_tensor(bias.reshape(B * H, L, S), device=dev).to(t)
-    elif not m.is_empty():
-        blocked = ~m.dense_allowed(B, H, L, S)  # (B, H, L, S), True = NOT allowed
+    elif parts.mask is not None:
+        blocked = np.broadcast_to(parts.mask, (B, H, L, S))  # True = NOT allowed
         same = (blocked == blocked[:1, :1]).all()
         blocked = blocked[0, 0] if same else blocked.reshape(B * H, L, S)  # (L, S) or (B*H, L, S)
-        attn_mask = torch.as_tensor(blocked, device=dev)
+        attn_mask = torch.as_tensor(np.ascontiguousarray(blocked), device=dev)
     key_padding_mask = None
+    padded = parts.key_padding  # (B, S), True = padded
     if padded is not None:
         key_padding_mask = torch.as_tensor(padded, device=dev)
         if attn_mask is not None and attn_mask.is_floating_point():

@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchCore, TorchMask, cuda_available
+from implementations.torch_common import TorchCore, cuda_available
 from suite import cache
+from suite.adapters import AttendMask
 from suite.plugin import Deviation
 
 
@@ -32,7 +33,7 @@ def _has_gqa() -> bool:
 HAS_GQA = _has_gqa()
 
 
-def _sdpa(q, k, v, mask: TorchMask, scale: float) -> torch.Tensor:
+def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
     kw = {"scale": scale}
     if HAS_GQA and q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
@@ -68,7 +69,7 @@ class TorchSDPA(TorchCore):
             return out.to("cpu", torch.float64).numpy()
     """
 
-    def attend(self, q, k, v, mask: TorchMask, scale: float, need_weights: bool):
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         with self.backend():
             return _sdpa(q, k, v, mask, scale), None
 

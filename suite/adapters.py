@@ -33,13 +33,18 @@ Keras-style masks (head-free, True = attend, no native causal flag)::
                                 native_causal=(), per_head=False)
     # parts.mask: bool (B, L, S) or None; parts.bias: float (B, L, S) or None
     ...
-    grads = adapters.grads_from_linear({r: Param(l.weight.grad, l.bias.grad) ...})
+    grads = adapters.grads_from_linear({r: adapters.Param(layer.weight.grad.numpy(),
+                                                          layer.bias.grad.numpy()) ...})
+
+Attention kernels written against the suite's adapter cores receive the mask as an
+``AttendMask`` (``attend_mask``): one signature, ``attend(q, k, v, mask, scale,
+need_weights)``, for the NumPy, torch and JAX cores.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -111,8 +116,7 @@ class MaskParts:
             out &= m if self.per_head else m[:, None]  # (B, H|1, L, S)
         return out
 
-    def additive(self, fill: float = -np.inf, dtype=np.float64, *,
-                 per_head: Optional[bool] = None) -> Optional[np.ndarray]:
+    def additive(self, fill: float = -np.inf, dtype=np.float64) -> Optional[np.ndarray]:
         """``mask`` and ``bias`` folded into one float mask: the bias where attended, ``fill``
         elsewhere (-inf, or a large negative such as ``np.finfo(dtype).min``), in ``dtype``.
 
@@ -208,6 +212,46 @@ def additive_mask(problem: Problem, *, fill: float = -np.inf, dtype=np.float64,
     the bias where attended, ``fill`` elsewhere; None for an unmasked problem."""
     return split_mask(problem, key_padding=False, native_causal=(),
                       per_head=per_head).additive(fill, dtype)
+
+
+@dataclasses.dataclass
+class AttendMask:
+    """The mask as an attention kernel's ``attend(q, k, v, mask, scale, need_weights)``
+    receives it from the adapter cores (``implementations.numpy_mha.NumpyCore``,
+    ``torch_common.TorchCore``, ``jax_common.JaxCore``), in the core's array type; every
+    array part is None for an unmasked problem.
+
+    bias: float (B, H|1, L, S): the additive bias with -inf where not allowed;
+    allowed: bool (B, H|1, L, S), True = may attend;
+    dead_keys: bool (B, H|1, S, 1): keys no query may attend (padding may hold NaN there),
+        or None when every key is read by some query;
+    causal_only: the whole mask is top-left causal (a native ``is_causal`` flag suffices);
+    kinds: the canonical mask's kinds (``Mask.kinds``); causal_align its alignment.
+    """
+
+    bias: Any = None
+    allowed: Any = None
+    dead_keys: Any = None
+    causal_only: bool = False
+    kinds: frozenset = frozenset()
+    causal_align: str = "top_left"
+
+    def replace(self, **arrays: Any) -> AttendMask:
+        return dataclasses.replace(self, **arrays)
+
+
+def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambda a: a,
+                put_bool: Callable[[np.ndarray], Any] = lambda a: a) -> AttendMask:
+    """The ``AttendMask`` of ``problem``; ``put_float``/``put_bool`` move the float64 and
+    bool NumPy arrays into the kernel's array type, dtype and device."""
+    m = problem.mask
+    if m.is_empty():
+        return AttendMask(causal_align=m.causal_align)
+    parts = split_mask(problem, key_padding=False, native_causal=())  # everything in "mask"
+    dead = parts.dead_keys()
+    return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
+                      None if dead is None else put_bool(dead), m.kinds == {"causal"},
+                      m.kinds, m.causal_align)
 
 
 # --------------------------------------------------------------------------- weights

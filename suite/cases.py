@@ -22,6 +22,8 @@ class Case:
     name: str
     build: Callable[[int], Problem]
     doc: str = ""
+    # The case is about key != value: unsupported for a plugin with one key/value source.
+    distinct_kv: bool = False
 
     @property
     def seed(self) -> int:
@@ -34,11 +36,11 @@ class Case:
 CASES: List[Case] = []
 
 
-def case(family: str, name: str):
+def case(family: str, name: str, *, distinct_kv: bool = False):
     """Register a case; which declarable behaviours its problem exhibits is read from the
     problem itself (``suite.check.behaviours``), never from a tag."""
     def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
-        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip()))
+        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip(), distinct_kv))
         return fn
     return deco
 
@@ -211,7 +213,7 @@ def _odd(seed):
     return make_problem(seed, 2, 113, 203, 32, 4)
 
 
-@case("shapes", "cross_key_ne_value")
+@case("shapes", "cross_key_ne_value", distinct_kv=True)
 def _cross(seed):
     """Cross-attention, Lq != Lk, key != value."""
     return make_problem(seed, 2, 5, 17, 24, 3)

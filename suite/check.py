@@ -22,7 +22,7 @@ from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.cases import Case
 from suite.outputs import check_output
-from suite.plugin import Implementation, Result, Unsupported, call
+from suite.plugin import Implementation, Result, Unsupported, call, expressible
 from suite.problem import Problem
 
 FAILED = ("fail", "error", "flaky")
@@ -110,6 +110,7 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
     results = []
     for p in problems:
         try:
+            p = expressible(impl, p)  # one key/value source: value = key
             res = call(impl, p, device, dtype, need_weights=need_weights, grad=grad)
         except Unsupported as exc:  # the plugin cannot express this problem: its own words
             return None, ("unsupported", str(exc) or type(exc).__name__)
@@ -184,8 +185,14 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
                                      f"and every other row passes (spec: {failed[0].describe()})")
 
 
-def run_problem(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
-    """Run problem ``p`` on ``impl``, compare with the oracle and fill in ``out``."""
+def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
+                distinct_kv: bool = False) -> Outcome:
+    """Run problem ``p`` on ``impl``, compare with the oracle and fill in ``out``;
+    ``distinct_kv``: the problem is about key != value (unsupported with one kv source)."""
+    try:
+        p = expressible(impl, p, distinct_kv=distinct_kv)  # the oracle judges what ran
+    except Unsupported as exc:
+        return out.classify("unsupported", str(exc))
     with_weights = "weights" in getattr(impl, "features", ())
     results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
     if refused:
@@ -196,7 +203,7 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
 def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
     """Run ``case`` on ``impl`` and classify the result."""
     out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
-    return run_problem(impl, out, case.problem())
+    return run_problem(impl, out, case.problem(), distinct_kv=case.distinct_kv)
 
 
 def merge_repeats(runs: Sequence[Outcome]) -> Outcome:

@@ -27,9 +27,22 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
                    help="register module:Class or path/to/file.py[:Class] (repeatable; "
                         f"also ${registry.PLUGINS_ENV})")
+    p.add_argument("--replace-builtin", action="append", default=[], metavar="NAME",
+                   help="let a --plugin class named NAME replace the built-in of that name "
+                        f"(repeatable; also ${registry.REPLACE_ENV}); without it such a "
+                        "plugin is refused")
+
+
+def _allow_replacing(names: Sequence[str]) -> None:
+    """--replace-builtin goes to the environment, so every registry this command builds
+    (pytest sessions, xdist workers, the sweep) sees it."""
+    if names:
+        old = [n for n in os.environ.get(registry.REPLACE_ENV, "").split(",") if n]
+        os.environ[registry.REPLACE_ENV] = ",".join(dict.fromkeys([*old, *names]))
 
 
 def _registry(args: argparse.Namespace, patterns_required: bool = True) -> registry.Registry:
+    _allow_replacing(getattr(args, "replace_builtin", None) or [])
     try:
         reg = registry.shared(args.plugin)
         if patterns_required:
@@ -51,8 +64,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         devices = d.devices
         dtypes = ",".join(d.dtypes[devices[0]]) if devices else "-"
         features = ",".join(d.features) or "-"
-        line = (f"{e.name.ljust(width)}  {d.framework} {d.framework_version}  "
+        on = f" on {d.array_library}" if d.array_library else ""
+        line = (f"{e.name.ljust(width)}  {d.framework} {d.framework_version}{on}  "
                 f"devices={','.join(devices) or 'none'}  dtypes={dtypes}  features={features}")
+        if d.kv_source != "separate":
+            line += f"  kv_source={d.kv_source}"
         if d.deviations:
             line += f"  deviations={','.join(sorted(d.deviations))}"
         if e.source != "builtin":

@@ -68,6 +68,7 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
 
 def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
     from suite import registry
+    from suite.plugin import array_library, expressible
     from suite.sweep import point_problem
 
     # Unknown names fail here, before anything is timed.
@@ -85,14 +86,14 @@ def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
             rows.append({"impl": name, "status": f"not measured: {why}"})
             continue
         impl = entry.impl
-        state = impl.prepare(point_problem(point), "cpu", "float32")  # untimed, compiles
+        state = impl.prepare(expressible(impl, point_problem(point)), "cpu", "float32")  # untimed
 
         def call(impl=impl, state=state) -> None:
             impl.run(state)
             impl.synchronize(state)  # the same barrier the sweep's timed call includes
 
         call()  # warm, as the sweep's warmup is
-        seconds, method = independent_seconds(impl.framework, call, args.min_run_time)
+        seconds, method = independent_seconds(array_library(impl), call, args.min_run_time)
         ratio = swept[name]["median_s"] / seconds
         rows.append({"impl": name, "framework": impl.framework, "method": method,
                      "sweep_ms": swept[name]["median_s"] * 1e3,

@@ -11,7 +11,9 @@ A plugin is a class. The harness constructs it once, asks what it can do
 With ``grad=True`` the timed step is forward + backward of the scalar
 ``sum(out * suite.problem.cotangent(problem))``, and ``Result.grads`` maps each name
 in ``suite.problem.GRAD_NAMES`` (inputs and weights; biases when present) to its
-gradient. Treat query, key and value as separate leaves even when they are the same array.
+gradient. Treat query, key and value as separate leaves even when they are the same array
+(a plugin with one key/value source, ``kv_source = "shared"``, returns that input's gradient
+under "key" and none under "value").
 A plugin that compiles (jax.jit, torch.compile) does so in ``prepare`` and stores the
 seconds in ``state.compile_s`` or ``state["compile_s"]``. ``synchronize`` receives only
 the state, so an asynchronous plugin keeps its last output in the state.
@@ -26,6 +28,11 @@ Deviations are checked policies, not excuses: ``deviations = {"fully_masked_rows
 Deviation("nan", "measured reason")}`` says what the plugin does where it differs from the
 spec, and the conformance run checks that the affected rows do exactly that and that
 every other row passes the agreement rule (``POLICIES`` lists the behaviours and policies).
+
+The other attributes and hooks (``array_library``, ``kv_source``, ``memory_model``,
+``repeat_kv``, ``replaces_builtin``, ``repro_code``, ``after_prepare``) are declared on
+``Implementation`` with their defaults and what reads them; ``suite.adapters`` translates
+the canonical problem (masks, weight layouts, gradient names) into a library's terms.
 """
 
 from __future__ import annotations
@@ -89,13 +96,41 @@ class Result:
 
 
 class Implementation:
-    """Base class of plugins. Subclasses set the class attributes and the four steps."""
+    """Base class of plugins. Subclasses set the class attributes and the four steps.
 
+    Every attribute and hook the harness reads is declared here with its default; a plugin
+    overrides only what differs.
+    """
+
+    # The stable registry name, e.g. "torch.sdpa" or "mine.keras".
     name: ClassVar[str] = ""
+    # The library whose code is measured ("numpy", "torch", "jax", "keras", "flax", "hf", ...):
+    # shown by ``mha-suite list``, in results and in the report's grouping.
     framework: ClassVar[str] = ""
+    # The array library the computation runs on: the sweep measures that library's matmul
+    # peak (the share-of-peak column; numpy, torch and jax are measured, others get none)
+    # and uses its memory method (on CUDA: torch's or jax's allocator statistics). "" means
+    # the same as ``framework``. A module from one library running on
+    # another's arrays says both: Keras on torch is framework "keras", array_library
+    # "torch" (an instance may set it in ``__init__`` when the backend is chosen at run time).
+    array_library: ClassVar[str] = ""
     features: ClassVar[FrozenSet[str]] = frozenset()
     # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES).
     deviations: ClassVar[Dict[str, Deviation]] = {}
+    # Where key and value come from (KV_SOURCES): "separate" (two inputs, the default) or
+    # "shared" (one key/value input, as Hugging Face cross-attention's encoder_hidden_states):
+    # such a plugin is given problems with value = key, a case that needs key != value is
+    # unsupported for it, and its gradient of that one input is returned under "key".
+    kv_source: ClassVar[str] = "separate"
+    # The sweep's memory prediction: "quadratic" (a (B, H, L, S) score array is live) or
+    # "linear" (tiled kernels that never hold one); points predicted not to fit are skipped.
+    memory_model: ClassVar[str] = "quadratic"
+    # Read by the adapter cores (``implementations.*_common``): whether ``attend`` gets k/v
+    # repeated to H heads (True) or the K kv heads as they are (False: native GQA).
+    repeat_kv: ClassVar[bool] = True
+    # A ``--plugin`` class whose name equals a built-in's replaces that built-in only when it
+    # says so here (or the user passes ``--replace-builtin NAME``); otherwise it is refused.
+    replaces_builtin: ClassVar[bool] = False
     # Source of ``attend(q, k, v, allowed, bias, scale)`` over NumPy arrays calling the library
     # as this plugin does, for ``mha-suite repro`` (None: no standalone reproducer).
     repro_code: ClassVar[Optional[str]] = None
@@ -113,6 +148,10 @@ class Implementation:
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Any:
         raise NotImplementedError
+
+    def after_prepare(self, state: Any) -> None:
+        """Called by the adapter cores at the end of ``prepare`` (untimed): a compiling plugin
+        warms up here and stores the seconds as ``compile_s`` in the state."""
 
     def run(self, state: Any) -> Any:
         raise NotImplementedError
@@ -142,6 +181,36 @@ class Implementation:
         return type(self)()
 
 
+KV_SOURCES = ("separate", "shared")
+MEMORY_MODELS = ("quadratic", "linear")
+
+
+def array_library(impl: Implementation) -> str:
+    """The array library ``impl`` computes with: its matmul peak and memory method."""
+    return getattr(impl, "array_library", "") or impl.framework
+
+
+def compile_seconds(state: Any) -> Optional[float]:
+    """Seconds a plugin's ``prepare`` spent compiling (``state["compile_s"]`` or
+    ``state.compile_s``), or None when it did not say."""
+    if isinstance(state, dict):
+        return state.get("compile_s")
+    return getattr(state, "compile_s", None)
+
+
+def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = False
+                ) -> Problem:
+    """``problem`` as ``impl`` can take it: a plugin with one key/value source
+    (``kv_source = "shared"``) gets value = key (the same array); ``distinct_kv`` says the
+    problem is about key != value, which such a plugin cannot express (``Unsupported``)."""
+    if getattr(impl, "kv_source", "separate") != "shared" or problem.value is problem.key:
+        return problem
+    if distinct_kv:
+        raise Unsupported("needs key != value; the plugin takes one key/value source "
+                          "(kv_source='shared')")
+    return dataclasses.replace(problem, value=problem.key)
+
+
 def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
          need_weights: bool = False, grad: bool = False) -> Result:
     """One untimed call: prepare, run, synchronize, fetch."""
@@ -162,6 +231,11 @@ def check_interface(cls: type) -> None:
                or getattr(cls, m) is getattr(Implementation, m, None)]
     if missing:
         raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
+    for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS)):
+        value = getattr(cls, attr, getattr(Implementation, attr))
+        if value not in allowed:
+            raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "
+                            f"got {value!r}")
     unknown = set(getattr(cls, "features", ())) - FEATURES
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
-from suite.plugin import Implementation, Unavailable, check_interface
+from suite.plugin import Implementation, Unavailable, array_library, check_interface
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
+# Built-in names a --plugin class may replace (comma separated; --replace-builtin sets it).
+REPLACE_ENV = "MHA_SUITE_REPLACE_BUILTINS"
 
 # name -> "module:Class" of the built-ins, with what to install when missing.
 BUILTINS: Dict[str, str] = {
@@ -87,13 +89,17 @@ class Description:
     dtypes: Dict[str, List[str]]  # device -> dtypes
     features: List[str]
     deviations: Dict[str, str]
+    array_library: str = ""  # what it computes with, when not its framework
+    kv_source: str = "separate"
 
     @classmethod
     def of(cls, impl: Implementation) -> Description:
         devices = list(impl.devices())
+        arrays = array_library(impl)
         return cls(impl.framework, impl.framework_version(), devices,
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
-                   dict(impl.deviations))
+                   dict(impl.deviations), "" if arrays == impl.framework else arrays,
+                   getattr(impl, "kv_source", "separate"))
 
 
 class Entry:
@@ -260,12 +266,26 @@ class Registry:
     def record_error(self, name: str, source: str, error: str) -> None:
         self._entries.setdefault(name, Entry(name, source, error=error))
 
-    def load_spec(self, spec: str, clobber: bool = True) -> List[Entry]:
-        """Register the classes named by one --plugin spec; raises PluginError."""
+    def load_spec(self, spec: str, clobber: bool = True,
+                  replace: Iterable[str] = ()) -> List[Entry]:
+        """Register the classes named by one --plugin spec; raises PluginError.
+
+        A class named like a built-in is refused unless the built-in's name is in
+        ``replace`` (``--replace-builtin NAME``) or the class sets ``replaces_builtin``.
+        """
         classes = _classes_in(_load_object(spec))
         if not classes:
             raise PluginError(f"--plugin {spec}: no implementation class found "
                               "(a class with a 'name' and a 'run' method)")
+        replace = set(replace)
+        for c in classes:
+            name = getattr(c, "name", "") or getattr(c, "__name__", repr(c))
+            old = self._entries.get(name)
+            if old is not None and old.source == "builtin" and name not in replace \
+                    and not getattr(c, "replaces_builtin", False):
+                raise PluginError(f"--plugin {spec}: {name!r} is a built-in's name; rename "
+                                  f"the class, or replace the built-in on purpose with "
+                                  f"--replace-builtin {name}")
         return [self.register(c, f"plugin {spec}", clobber=clobber) for c in classes]
 
     def load_builtins(self) -> None:
@@ -348,28 +368,33 @@ class Registry:
         return [e for e in chosen.values() if not available_only or e.available]
 
 
+def _names(value: str) -> List[str]:
+    return [s.strip() for s in value.split(",") if s.strip()]
+
+
 def build(plugins: Iterable[str] = (), builtins: bool = True, entry_points: bool = True,
-          env: Optional[Mapping[str, str]] = None) -> Registry:
-    """A registry of built-ins, entry points, $MHA_SUITE_PLUGINS and ``plugins``."""
+          env: Optional[Mapping[str, str]] = None, replace: Iterable[str] = ()) -> Registry:
+    """A registry of built-ins, entry points, $MHA_SUITE_PLUGINS and ``plugins``; a plugin
+    may replace the built-ins named in ``replace`` or $MHA_SUITE_REPLACE_BUILTINS."""
     reg = Registry()
     if builtins:
         reg.load_builtins()
     if entry_points:
         reg.load_entry_points()
     env = os.environ if env is None else env
-    specs = [s.strip() for s in env.get(PLUGINS_ENV, "").split(",") if s.strip()]
-    for spec in [*specs, *plugins]:
-        reg.load_spec(spec)
+    replace = {*replace, *_names(env.get(REPLACE_ENV, ""))}
+    for spec in [*_names(env.get(PLUGINS_ENV, "")), *plugins]:
+        reg.load_spec(spec, replace=replace)
     return reg
 
 
-_SHARED: Dict[Tuple[Tuple[str, ...], str], Registry] = {}
+_SHARED: Dict[Tuple[Tuple[str, ...], str, str], Registry] = {}
 
 
 def shared(plugins: Iterable[str] = ()) -> Registry:
     """This process's registry for these --plugin specs and $MHA_SUITE_PLUGINS: one build
     per command, however many parts (CLI, pytest sessions, sweep) ask for it."""
-    key = (tuple(plugins), os.environ.get(PLUGINS_ENV, ""))
+    key = (tuple(plugins), os.environ.get(PLUGINS_ENV, ""), os.environ.get(REPLACE_ENV, ""))
     if key not in _SHARED:
         _SHARED[key] = build(plugins=key[0])
     return _SHARED[key]

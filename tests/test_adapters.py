@@ -336,3 +336,24 @@ def test_gradients_through_a_layout_match_the_oracle(layout):
     want = oracle_grads(p)
     for n in got:
         np.testing.assert_allclose(got[n], want[n], rtol=1e-9, atol=1e-11, err_msg=n)
+
+
+@pytest.mark.parametrize("case", MASK_CASES, ids=lambda c: c.name)
+def test_attend_mask_is_the_canonical_mask(case):
+    """What the adapter cores hand to ``attend``: the dense bias (-inf where masked), the
+    allowed mask and the keys no query reads, each put through the caller's converters."""
+    p = case.problem()
+    B, H, L, S = p.B, p.H, p.L, p.S
+    m = adapters.attend_mask(p, put_float=lambda a: a.astype(np.float32), put_bool=np.copy)
+    assert m.bias.dtype == np.float32
+    np.testing.assert_array_equal(np.broadcast_to(m.bias, (B, H, L, S)),
+                                  p.mask.dense_bias(B, H, L, S).astype(np.float32))
+    allowed = p.mask.dense_allowed(B, H, L, S)
+    np.testing.assert_array_equal(np.broadcast_to(m.allowed, (B, H, L, S)), allowed)
+    dead = ~allowed.any(axis=2)  # (B, H, S)
+    if m.dead_keys is None:
+        assert not dead.any()
+    else:
+        np.testing.assert_array_equal(np.broadcast_to(m.dead_keys[..., 0], (B, H, S)), dead)
+    assert m.causal_only == (p.mask.kinds == {"causal"}) and m.kinds == p.mask.kinds
+    assert adapters.attend_mask(make_problem(0)).bias is None

@@ -15,6 +15,7 @@ import pytest
 
 from implementations.numpy_flash import CAUSAL_TILES, TILES, NumpyFlashMHA, tile_mask
 from implementations.numpy_mha import NumpyMHA
+from suite.adapters import AttendMask
 from suite.agreement import max_abs_err
 from suite.oracle import naive, oracle
 from suite.problem import Mask, Problem, make_problem
@@ -244,11 +245,12 @@ def _attend_peak_bytes(impl, L: int, H: int = 4, D: int = 16) -> int:
     """tracemalloc peak of the attention core alone at query = key length L."""
     rng = np.random.default_rng(L)
     q, k, v = (rng.standard_normal((1, H, L, D)).astype(np.float32) for _ in range(3))
-    impl.attend(q[:, :, :8], k[:, :, :8], v[:, :, :8], None, np.float32(0.25), False)  # warm
+    mask = None if isinstance(impl, NumpyFlashMHA) else AttendMask()  # unmasked, each its own
+    impl.attend(q[:, :, :8], k[:, :, :8], v[:, :, :8], mask, np.float32(0.25), False)  # warm
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        impl.attend(q, k, v, None, np.float32(0.25), False)
+        impl.attend(q, k, v, mask, np.float32(0.25), False)
         return tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from suite import pytest_plugin, records, shard, timing
+from suite import plugin, pytest_plugin, records, shard, timing
 from suite.pytest_plugin import Timeout
 
 SPEC = pytest.StashKey[dict]()
@@ -95,7 +95,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         param = cs.params.get("sweep_point") if cs else None
         if isinstance(param, tuple):  # not pytest's placeholder of an empty grid
             entry, device, point = param
-            combos.add((entry.impl.framework, device, point["dtype"]))
+            combos.add((plugin.array_library(entry.impl), device, point["dtype"]))
     state["combos"] = combos
     state["run_info"] = records.run_info(config)
     from suite.progress import progress_bar

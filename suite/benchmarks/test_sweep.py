@@ -17,6 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
+from suite.plugin import array_library, expressible
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
 
@@ -48,7 +49,7 @@ def test_point(benchmark, sweep_point, request):
     B, L, D, dtype = point["batch"], point["length"], point["head_dim"], point["dtype"]
     causal = point["mask"] == "causal"
     extra: Dict[str, Any] = {
-        "impl": entry.name, "framework": impl.framework,
+        "impl": entry.name, "framework": impl.framework, "array_library": array_library(impl),
         "framework_version": impl.framework_version(), "device": device, "dtype": dtype,
         "B": B, "H": H, "H_kv": K, "Lq": L, "Lk": L, "E": H * D, "D": D,
         "mask": point["mask"], "grad": bool(point["grad"]),
@@ -73,7 +74,7 @@ def test_point(benchmark, sweep_point, request):
         reason = f"predicted {need / 2**30:.1f} GiB > budget {budget / 2**30:.1f} GiB"
         record_not_measured(config, extra, "skipped", reason)
         pytest.skip(reason)
-    p = point_problem(point)
+    p = expressible(impl, point_problem(point))  # one key/value source: value = key
     try:
         start = time.perf_counter()
         st = impl.prepare(p, device, dtype, grad=bool(point["grad"]))
@@ -99,7 +100,7 @@ def test_point(benchmark, sweep_point, request):
     try:
         # The peak over the point's calls (buffers are freed between them), read outside
         # the timed calls: no extra untimed call just for memory.
-        with timing.peak_memory(impl.framework, device) as mem:
+        with timing.peak_memory(array_library(impl), device) as mem:
             benchmark(timed)
     except Exception as exc:
         _not_measured(request, extra, exc)

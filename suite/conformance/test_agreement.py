@@ -13,4 +13,5 @@ AGREEMENT = [c for c in CASES if c.family in ("masking", "shapes", "numerics")]
 @pytest.mark.parametrize("case", AGREEMENT, ids=[f"{c.family}/{c.name}" for c in AGREEMENT])
 def test_case(case, conform):
     conform(case.family, case.name, case.seed,
-            lambda impl, out: run_problem(impl, out, case.problem()))
+            lambda impl, out: run_problem(impl, out, case.problem(),
+                                          distinct_kv=case.distinct_kv))

@@ -19,6 +19,6 @@ class WrongHeadOrder(NumpyMHA):
         q = split(s["query"] @ w["w_q"] + (0 if w["b_q"] is None else w["b_q"]), L)
         k = split(s["key"] @ w["w_k"] + (0 if w["b_k"] is None else w["b_k"]), S)
         v = split(s["value"] @ w["w_v"] + (0 if w["b_v"] is None else w["b_v"]), S)
-        heads, weights = self.attend(q, k, v, s["bias"], s["scale"], s["need_weights"])
+        heads, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
         out = heads.transpose(0, 2, 3, 1).reshape(B, L, H * D) @ w["w_o"]  # same wrong order
         return (out if w["b_o"] is None else out + w["b_o"]), weights

@@ -1,10 +1,11 @@
 """Planted bug: accepts every mask and ignores it."""
 
 from implementations.numpy_mha import NumpyMHA
+from suite.adapters import AttendMask
 
 
 class IgnoresMask(NumpyMHA):
     name = "bug.ignores_mask"
 
-    def attend(self, q, k, v, bias, scale, need_weights):
-        return super().attend(q, k, v, None, scale, need_weights)
+    def attend(self, q, k, v, mask, scale, need_weights):
+        return super().attend(q, k, v, AttendMask(), scale, need_weights)

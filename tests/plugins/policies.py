@@ -27,11 +27,12 @@ class GarbageThrough(NumpyMHA):
 class _Unmasked(NumpyMHA):
     """A query row with no key to attend attends every key, as if nothing were masked."""
 
-    def attend(self, q, k, v, bias, scale, need_weights):
+    def attend(self, q, k, v, mask, scale, need_weights):
+        bias = mask.bias
         if bias is not None:
             dead = np.isneginf(bias).all(axis=-1, keepdims=True)  # (B, H|1, L, 1)
-            bias = np.where(dead, 0, bias).astype(bias.dtype)
-        return super().attend(q, k, v, bias, scale, need_weights)
+            mask = mask.replace(bias=np.where(dead, 0, bias).astype(bias.dtype))
+        return super().attend(q, k, v, mask, scale, need_weights)
 
 
 class ClaimsNaN(_Unmasked):

@@ -6,5 +6,5 @@ from implementations.numpy_mha import NumpyMHA
 class ForgetsScale(NumpyMHA):
     name = "bug.no_scale"
 
-    def attend(self, q, k, v, bias, scale, need_weights):
-        return super().attend(q, k, v, bias, q.dtype.type(1), need_weights)
+    def attend(self, q, k, v, mask, scale, need_weights):
+        return super().attend(q, k, v, mask, q.dtype.type(1), need_weights)

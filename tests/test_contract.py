@@ -1,0 +1,130 @@
+"""The plugin contract: declared hooks, one key/value source, --plugin and built-in names,
+--known-failures as a check option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from implementations.numpy_mha import NumpyMHA
+from suite import registry
+from suite.plugin import Implementation, Unsupported, array_library, check_interface, expressible
+from suite.problem import make_problem
+from tests.conftest import PLUGINS
+
+
+def _one_line_error(proc, needle: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(err.splitlines()) == 1, err
+    assert needle in err
+
+
+def test_every_hook_the_harness_reads_is_declared_with_a_default():
+    for hook, default in (("array_library", ""), ("kv_source", "separate"),
+                          ("memory_model", "quadratic"), ("repeat_kv", True),
+                          ("replaces_builtin", False), ("repro_code", None)):
+        assert getattr(Implementation, hook) == default, hook
+    assert callable(Implementation.after_prepare)
+
+
+def test_array_library_defaults_to_the_framework():
+    class OnTorch(NumpyMHA):
+        framework, array_library = "keras", "torch"
+
+    assert array_library(NumpyMHA()) == "numpy"
+    assert array_library(OnTorch()) == "torch"
+    # mha-suite list says both, and a shared key/value source.
+    assert registry.Description.of(OnTorch()).array_library == "torch"
+    assert registry.Description.of(NumpyMHA()).array_library == ""
+    shared = type("Shared", (NumpyMHA,), {"name": "s", "kv_source": "shared"})()
+    assert registry.Description.of(shared).kv_source == "shared"
+
+
+@pytest.mark.parametrize("attr,value", [("kv_source", "both"), ("memory_model", "cubic")])
+def test_bad_hook_values_are_refused_at_load(attr, value):
+    cls = type("Bad", (NumpyMHA,), {"name": "bad", attr: value})
+    with pytest.raises(TypeError, match=f"Bad.{attr}: expected one of"):
+        check_interface(cls)
+
+
+def test_expressible_gives_a_shared_kv_plugin_value_is_key():
+    p = make_problem(0, 2, 3, 5)
+    shared = type("Shared", (NumpyMHA,), {"name": "s", "kv_source": "shared"})()
+    assert expressible(NumpyMHA(), p) is p
+    q = expressible(shared, p)
+    assert q.value is q.key is p.key and q.query is p.query
+    with pytest.raises(Unsupported, match="key != value"):
+        expressible(shared, p, distinct_kv=True)
+    self_attn = make_problem(0, 2, 4, self_attention=True)
+    assert expressible(shared, self_attn, distinct_kv=True) is self_attn
+
+
+def test_shared_kv_plugins_get_problems_they_can_express(cli, tmp_path):
+    """kv.shared reads only ``key``: given value = key everywhere it passes, and the case
+    about key != value is unsupported for it. bug.ignores_value does the same without
+    declaring it: the suite must still give it key != value, so it fails."""
+    seen, out = tmp_path / "seen.txt", tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "kv_source.py"), "--impl", "kv.*",
+               "--impl", "bug.ignores_value", "--dtype", "float32", "--workers", "0",
+               "--json", str(out), env={"MHA_SUITE_TEST_KV_SEEN": str(seen)})
+    records = json.loads(out.read_text())["results"]
+    by = {(r["impl"], r["family"], r["case"]): r for r in records}
+    for impl in ("kv.shared", "kv.shared_grad"):
+        mine = {k: r for k, r in by.items() if k[0] == impl}
+        assert mine[(impl, "shapes", "cross_key_ne_value")]["outcome"] == "unsupported"
+        assert "key != value" in mine[(impl, "shapes", "cross_key_ne_value")]["reason"]
+        bad = {k[1:]: (r["outcome"], r["reason"]) for k, r in mine.items()
+               if r["outcome"] not in ("pass", "unsupported")}
+        assert not bad, bad
+        assert sum(r["outcome"] == "pass" for r in mine.values()) > 30
+    grads = [r for k, r in by.items() if k[0] == "kv.shared_grad" and k[1] == "gradients"]
+    assert grads and all(r["outcome"] == "pass" for r in grads), grads
+    assert set(seen.read_text().split()) == {"shared"}
+    ignores = [r for k, r in by.items() if k[0] == "bug.ignores_value"]
+    assert any(r["outcome"] == "fail" for r in ignores)
+    assert proc.returncode == 1  # bug.ignores_value fails
+
+
+def test_plugin_named_like_a_builtin_is_refused_unless_asked(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("from implementations.numpy_mha import NumpyMHA\n\n\n"
+                    "class Mine(NumpyMHA):\n    name = 'numpy'\n")
+    with pytest.raises(registry.PluginError, match="'numpy' is a built-in's name.*"
+                                                   "--replace-builtin numpy"):
+        registry.build(plugins=[str(path)], entry_points=False, env={})
+    reg = registry.build(plugins=[str(path)], entry_points=False, env={}, replace=["numpy"])
+    assert reg.entries["numpy"].source.startswith("plugin")
+    reg = registry.build(plugins=[str(path)], entry_points=False,
+                         env={registry.REPLACE_ENV: "torch.sdpa,numpy"})
+    assert reg.entries["numpy"].source.startswith("plugin")
+    path.write_text(path.read_text() + "    replaces_builtin = True\n")
+    reg = registry.build(plugins=[f"{path}:Mine"], entry_points=False, env={})
+    assert reg.entries["numpy"].source.startswith("plugin")
+
+
+def test_replacing_a_builtin_on_the_command_line(cli, tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("from implementations.numpy_mha import NumpyMHA\n\n\n"
+                    "class Mine(NumpyMHA):\n    name = 'numpy'\n")
+    _one_line_error(cli("list", "--plugin", str(path)), "--replace-builtin numpy")
+    proc = cli("list", "--plugin", str(path), "--replace-builtin", "numpy", "--impl", "numpy")
+    assert proc.returncode == 0, proc.stderr
+    assert "(plugin " in proc.stdout
+
+
+def test_known_failures_is_a_check_option(cli, tmp_path):
+    known = tmp_path / "known.txt"
+    known.write_text("test_case[[]bug.no_scale-cpu-float32-masking/none[]]  # planted: no scale\n")
+    args = ["check", "--plugin", str(PLUGINS / "wrong_scale.py"), "--impl", "bug.no_scale",
+            "--dtype", "float32", "-k", "masking/none", "--workers", "0"]
+    failing = cli(*args)
+    assert failing.returncode == 1, failing.stdout[-2000:]
+    listed = cli(*args, "--known-failures", str(known))
+    assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]
+    assert "known failure: planted: no scale" in listed.stdout + listed.stderr or \
+        "xfailed" in listed.stdout
+    before = cli("check", "--known-failures", str(known), *args[1:])  # before the others
+    assert before.returncode == 0, before.stdout[-2000:]

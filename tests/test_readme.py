@@ -1,0 +1,36 @@
+"""The README's "Testing your own module" example runs as printed, on both code paths."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytest.importorskip("torch")
+
+
+def _section_code(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
+    code = _section_code("Testing your own module")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    plugin, out = tmp_path / "my_plugin.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.*", "--dtype", "float32",
+               "--workers", "0", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    outcome = {(r["impl"], r["family"], r["case"]): r["outcome"] for r in records}
+    for impl in ("mine.attention", "mine.attention[weights]"):
+        assert sum(o == "pass" for (i, *_), o in outcome.items() if i == impl) > 30, impl
+        assert outcome[(impl, "gradients", "plain")] == "pass"
+    # The two paths differ where the README says: a query row with no key to attend.
+    assert outcome[("mine.attention", "masking", "fully_masked_bool_row")] == "pass"
+    assert outcome[("mine.attention[weights]", "masking", "fully_masked_bool_row")] == "deviation"
