@@ -59,7 +59,8 @@ def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
 
 class FlaxMHA(Implementation):
     name = "flax.mha"
-    framework = "jax"
+    framework = "flax"
+    array_library = "jax"  # the sweep's matmul peak and memory method
     features = FEATURES
     sow_weights = False
     deviations = {
@@ -77,7 +78,7 @@ class FlaxMHA(Implementation):
         self._compiled: Dict[Tuple, Any] = {}
 
     def framework_version(self) -> str:
-        return f"flax {flax.__version__}"
+        return flax.__version__
 
     def devices(self) -> List[str]:
         return ["cpu", *(f"cuda:{i}" for i in range(gpu_count()))]

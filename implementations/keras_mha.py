@@ -62,7 +62,6 @@ finally:
 
 BACKEND = keras.config.backend()
 BACKENDS = ("torch", "jax", "tensorflow")
-FRAMEWORK = {"torch": "torch", "jax": "jax", "tensorflow": "tensorflow"}
 FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
                       "grad"})
 DTYPES = ("float32", "float16", "bfloat16")
@@ -114,7 +113,8 @@ class KerasMHA(Implementation):
     for the +weights name) the explicit one."""
 
     name = f"keras.mha[{BACKEND}]"
-    framework = FRAMEWORK[BACKEND]
+    framework = "keras"
+    array_library = BACKEND  # the sweep's matmul peak and memory method
     features = FEATURES
     with_weights = False
     deviations: Dict[str, Deviation] = {
@@ -129,7 +129,7 @@ class KerasMHA(Implementation):
         self._compiled: Dict[Tuple, Any] = {}
 
     def framework_version(self) -> str:
-        return f"keras {keras.__version__}"
+        return keras.__version__
 
     def devices(self) -> List[str]:
         return ["cpu"]
