@@ -202,12 +202,13 @@ class KerasMHA(Implementation):
         if state["grad"]:  # torch: forward + backward of sum(out * cotangent)
             for t in (*state["layer"].trainable_variables, *state["inputs"]):
                 (t.value if hasattr(t, "value") else t).grad = None
-            res = state["layer"](q, v, key=k, **state["kwargs"])
+            with keras.device("cpu"):  # tensors the layer makes stay on the inputs' device
+                res = state["layer"](q, v, key=k, **state["kwargs"])
             out = res[0] if isinstance(res, (tuple, list)) else res
             out.backward(state["cotangent"])
             state["out"] = out.detach()
             return state["out"]
-        with _no_grad():
+        with keras.device("cpu"), _no_grad():
             state["out"] = state["layer"](q, v, key=k, **state["kwargs"])
         return state["out"]
 
