@@ -34,6 +34,9 @@ def tests(session: nox.Session) -> None:
     session.run("mha-suite", "list")
     session.run("pytest", "tests", *session.posargs)
     session.run("mha-suite", "check", "--json", f"{RESULTS}/ci/conformance.json")
+    # Keras binds one backend per process (torch above): its jax backend gets its own run.
+    session.run("mha-suite", "check", "--impl", "keras.mha*", "--json",
+                f"{RESULTS}/ci/conformance.json", env={"KERAS_BACKEND": "jax"})
     session.run("mha-suite", "sweep", "--preset", "ci", "--out", f"{RESULTS}/ci")
     session.run("mha-suite", "report", f"{RESULTS}/ci", "--out", f"{RESULTS}/ci/report.html")
 

@@ -22,7 +22,7 @@ from suite.environment import library_versions
 
 CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
 # The libraries whose versions decide what a probe finds.
-KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib", "transformers")
+KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib", "transformers", "keras", "flax")
 # Source folders whose content decides what a built-in declares (features, deviations).
 _SOURCE_PACKAGES = ("implementations", "suite")
 

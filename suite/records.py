@@ -177,7 +177,12 @@ def merge_conformance(path: PathLike, run: Dict[str, Any], implementations: List
         kept = _keyed(old.get("results", []), _result_key)
         kept.update(_keyed(results, _result_key))
         impls = _keyed(old.get("implementations", []), lambda i: i.get("name"))
-        impls.update(_keyed(implementations, lambda i: i.get("name")))
+        for i in implementations:
+            # A run where it could not run (say, another KERAS_BACKEND) keeps the description
+            # of the run that measured it.
+            if not i.get("available") and impls.get(i.get("name"), {}).get("available"):
+                continue
+            impls[i.get("name")] = i
         return {"kind": CONFORMANCE_KIND, "version": CONFORMANCE_VERSION, "datetime": now(),
                 "machine_info": run["machine_info"], "commit_info": run["commit_info"],
                 "implementations": list(impls.values()), "results": list(kept.values())}

@@ -41,6 +41,8 @@ BUILTINS: Dict[str, str] = {
     "torch.F_mha+weights": "implementations.torch_fmha:TorchFMHAWeights",
     "jax.jit": "implementations.jax_jit:JaxJit",
     "jax.nn": "implementations.jax_nn:JaxNN",
+    "flax.mha": "implementations.flax_mha:FlaxMHA",
+    "flax.mha+weights": "implementations.flax_mha:FlaxMHAWeights",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
@@ -48,15 +50,29 @@ BUILTIN_FAMILIES: Dict[str, str] = {
     "jax.nn[*]": "implementations.jax_nn:backend_variants",
     "torch.compile*": "implementations.torch_compiled:variants",
     "hf.*": "implementations.hf_transformers:variants",
+    # One Keras backend per process (KERAS_BACKEND); the others are listed as unavailable.
+    "keras.mha*": "implementations.keras_mha:variants",
 }
 INSTALL_HINTS = {
     "torch": "pip install 'mha-suite[torch]'",
     "jax": "pip install 'mha-suite[jax]'",
     "transformers": "pip install 'mha-suite[hf]'",
+    "keras": "pip install 'mha-suite[keras]'",
+    "flax": "pip install 'mha-suite[flax]'",
 }
 
 
 DESCRIPTIONS_CACHE = "builtins"  # suite.cache name of the built-ins' descriptions
+# Environment variables that decide which built-ins can run in a process (Keras binds one
+# backend per process): the descriptions are cached per value, the probes are not affected.
+DESCRIPTIONS_ENV = ("KERAS_BACKEND",)
+
+
+def descriptions_cache_name(env: Optional[Mapping[str, str]] = None) -> str:
+    """``DESCRIPTIONS_CACHE``, suffixed with each set variable of ``DESCRIPTIONS_ENV``."""
+    env = os.environ if env is None else env
+    return "-".join([DESCRIPTIONS_CACHE, *(f"{v}={env[v]}" for v in DESCRIPTIONS_ENV
+                                           if env.get(v))])
 
 
 class UnknownImplementation(LookupError):
@@ -279,7 +295,8 @@ class Registry:
     def load_builtins(self) -> None:
         """The built-ins, described from the cache without importing their frameworks when
         it is fresh; else loaded now (frameworks imported, probes run) and the cache written."""
-        cached = cache.load(DESCRIPTIONS_CACHE)
+        name = descriptions_cache_name()  # before a built-in sets a default in os.environ
+        cached = cache.load(name)
         if isinstance(cached, list):
             try:
                 self._describe_builtins(cached)
@@ -287,7 +304,7 @@ class Registry:
             except (KeyError, TypeError, ValueError):  # an unreadable cache: load them all
                 self._entries = {n: e for n, e in self._entries.items() if e.source != "builtin"}
         specs = self._load_builtins_now()
-        cache.store(DESCRIPTIONS_CACHE, [_builtin_record(self._entries[n], spec)
+        cache.store(name, [_builtin_record(self._entries[n], spec)
                                          for n, spec in specs.items()])
 
     def _describe_builtins(self, records: List[Dict[str, Any]]) -> None:

@@ -162,7 +162,7 @@ def test_a_corrupt_or_stale_descriptions_cache_is_ignored(monkeypatch, tmp_path,
     path.write_text(content)
     reg = registry.build(entry_points=False, env={})
     assert reg.entries["numpy"].available
-    assert cache.load(registry.DESCRIPTIONS_CACHE) is not None  # rewritten, fresh
+    assert cache.load(registry.descriptions_cache_name()) is not None  # rewritten, fresh
 
 
 def test_one_registry_per_command(monkeypatch):

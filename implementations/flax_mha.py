@@ -1,0 +1,186 @@
+"""flax.mha: ``flax.nnx.MultiHeadAttention`` under ``jax.jit``.
+
+Names: ``flax.mha`` calls the module as a model does; with its default ``attention_fn``
+(``nnx.dot_product_attention``), no dropout and no weights to sow, that is the fused
+``jax.nn.dot_product_attention``. ``flax.mha+weights`` calls it with ``sow_weights=True``,
+which takes flax's explicit path instead (``dot_product_attention_weights``: einsum,
+``jnp.where(mask, logits, finfo.min)``, softmax) and sows the weights into
+``nnx.Intermediate`` ``attention_weights``, read back through ``nnx.capture``.
+
+Translation: ``in_features = out_features = E``, ``qkv_features = H*D``, ``num_kv_heads = K``
+(GQA), ``decode=False``, ``dropout_rate=0``, ``deterministic=True``, ``normalize_qk=False``;
+the ``LinearGeneral`` kernels (E, H, D), (E, K, D) and (H, D, E) take the canonical weights;
+the mask becomes ``mask`` broadcastable to (B, H, L, S), True = attend, and top-left causal
+alone ``is_causal=True``. It has no additive bias and no scale argument (1/sqrt(D) always);
+``use_bias`` is all or nothing. The module's ``dtype`` and ``param_dtype`` are the dtype
+measured; the module, traced through ``nnx.split``/``nnx.merge``, compiles in ``prepare``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Sequence, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from implementations.jax_common import JAX_DTYPES, gpu_count, jax_device
+from suite import adapters, cache
+from suite.plugin import Deviation, Implementation, Result, Unsupported
+from suite.problem import Problem, cotangent
+
+cache.enable_compile_caches()  # executables persist in the user's cache: compile once
+
+FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
+                      "gqa", "grad"})
+
+
+def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
+    """An ``nnx.MultiHeadAttention`` holding the canonical weights (LinearGeneral layouts)."""
+    w = p.weights
+    present = [b is not None for b in (w.b_q, w.b_k, w.b_v, w.b_o)]
+    if any(present) and not all(present):
+        raise Unsupported("flax's use_bias is all or nothing: the problem has only some biases")
+    t = JAX_DTYPES[dtype]
+    mha = nnx.MultiHeadAttention(num_heads=p.H, in_features=p.E, qkv_features=p.H * p.D,
+                                 out_features=p.E, num_kv_heads=p.K, dtype=t, param_dtype=t,
+                                 use_bias=all(present), dropout_rate=0.0, deterministic=True,
+                                 decode=False, normalize_qk=False, rngs=nnx.Rngs(0))
+    kernels = adapters.to_einsum(w, p.H, p.K)  # q (E, H, D), k/v (E, K, D), o (H, D, E)
+    for role, dense in zip("qkvo", (mha.query, mha.key, mha.value, mha.out)):
+        dense.kernel[...] = jnp.asarray(kernels[role].weight, t)
+        if all(present):
+            dense.bias[...] = jnp.asarray(kernels[role].bias, t)
+    return mha
+
+
+class FlaxMHA(Implementation):
+    name = "flax.mha"
+    framework = "flax"
+    array_library = "jax"  # the sweep's matmul peak and memory method
+    features = FEATURES
+    sow_weights = False
+    deviations = {
+        "fully_masked_rows": Deviation(
+            "mean_values", "a query row with no key to attend gives the mean of the values "
+                           "(uniform weights), not a zero head output: the fused path is "
+                           "jax.nn.dot_product_attention's, the explicit path fills masked "
+                           f"logits with finfo.min (measured, flax {flax.__version__})"),
+        "nan_padding": Deviation(
+            "confined", "NaN in a masked value position gives NaN rows: the masked weight is "
+                        f"0 and 0 * NaN is NaN in weights @ v (measured, flax {flax.__version__})"),
+    }
+
+    def __init__(self) -> None:
+        self._compiled: Dict[Tuple, Any] = {}
+
+    def framework_version(self) -> str:
+        return flax.__version__
+
+    def devices(self) -> List[str]:
+        return ["cpu", *(f"cuda:{i}" for i in range(gpu_count()))]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return [t for t in JAX_DTYPES if _usable(device, t, self.sow_weights)]
+
+    def fresh(self) -> FlaxMHA:
+        jax.clear_caches()  # a repeated run traces and compiles again
+        return type(self)()
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if dtype not in JAX_DTYPES:
+            raise ValueError(f"dtype: expected one of {sorted(JAX_DTYPES)}, got {dtype!r}")
+        p, dev = problem, jax_device(device)
+        parts = adapters.split_mask(p, true_means="attend", key_padding=False,
+                                    native_causal=("top_left",), per_head=True)
+        if parts.bias is not None:
+            raise Unsupported("nnx.MultiHeadAttention takes no additive bias")
+        with jax.default_device(dev):
+            graphdef, params = nnx.split(build_module(p, dtype))
+        params = jax.device_put(params, dev)
+        t = JAX_DTYPES[dtype]
+        x = [jax.device_put(np.asarray(a).astype(t), dev) for a in (p.query, p.key, p.value)]
+        mask = None if parts.mask is None else jax.device_put(parts.mask, dev)  # (B, H|1, L, S)
+        # The +weights name always sows, so a sweep (which asks for no weights) times the
+        # path its name says.
+        causal, sow = parts.causal == "top_left", need_weights or self.sow_weights
+
+        def fwd(params, q, k, v, mask):
+            mha = nnx.merge(graphdef, params)
+            if not sow:
+                return mha(q, k, v, mask=mask, is_causal=causal)
+            # nnx.capture collects what the module sows (flax's way to read intermediates).
+            out, sown = nnx.capture(mha, nnx.Intermediate)(q, k, v, mask=mask,
+                                                           is_causal=causal, sow_weights=True)
+            (weights,) = sown["attention_weights"].get_value()  # sown once: (B, H, L, S)
+            return out, weights
+
+        fn, args = fwd, (params, *x, mask)
+        if grad:  # forward + backward of sum(out * cotangent), w.r.t. the weights and inputs
+            def fn(params, q, k, v, mask, g):
+                def output(*a):  # the output alone (the +weights path also returns weights)
+                    res = fwd(*a, mask)
+                    return res[0] if sow else res
+                out, vjp = jax.vjp(output, params, q, k, v)
+                return out, vjp(g)
+            args = (*args, jax.device_put(cotangent(p).astype(t), dev))
+        key = (device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, causal, sow, grad,
+               None if mask is None else mask.shape, graphdef)
+        start = time.perf_counter()
+        if key not in self._compiled:
+            self._compiled[key] = jax.jit(fn).lower(*args).compile()
+        return {"exe": self._compiled[key], "args": args, "out": None, "grad": grad,
+                "compile_s": time.perf_counter() - start}
+
+    def run(self, state: Dict[str, Any]):
+        state["out"] = state["exe"](*state["args"])
+        return state["out"]
+
+    def synchronize(self, state: Dict[str, Any]) -> None:
+        jax.block_until_ready(state["out"])
+
+    def fetch(self, state: Dict[str, Any], handle) -> Result:
+        if state["grad"]:
+            out, (g_params, *g_inputs) = handle
+            grads = adapters.grads_from_einsum({
+                role: adapters.Param(_np(g_params[attr]["kernel"].get_value()),
+                                     _np(g_params[attr]["bias"].get_value())
+                                     if "bias" in g_params[attr] else None)
+                for role, attr in zip("qkvo", ("query", "key", "value", "out"))})
+            grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
+            return Result(_np(out), None, grads)
+        out, weights = handle if isinstance(handle, tuple) else (handle, None)
+        return Result(_np(out), None if weights is None else _np(weights))
+
+
+class FlaxMHAWeights(FlaxMHA):
+    name = "flax.mha+weights"
+    features = FEATURES | {"weights"}
+    sow_weights = True
+
+
+def _np(a) -> np.ndarray:
+    return np.asarray(jnp.asarray(a, dtype=jnp.float32)).astype(np.float64)
+
+
+def _usable(device: str, dtype: str, sow_weights: bool) -> bool:
+    """Whether a tiny call runs in this dtype (the fused path has no float16 dot on the CPU
+    in XLA); probed once per process and cached on disk per library versions."""
+    def probe() -> bool:
+        from suite.problem import make_problem
+
+        try:
+            impl = FlaxMHAWeights() if sow_weights else FlaxMHA()
+            state = impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype,
+                                 need_weights=sow_weights)
+            impl.run(state)
+            impl.synchronize(state)
+            return True
+        except Exception:  # any failure means: not usable in this dtype here
+            return False
+
+    return cache.memo(f"flax.mha dtype:{device}:{dtype}:{sow_weights}", probe)
