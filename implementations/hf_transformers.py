@@ -200,15 +200,19 @@ class HFGPT2(HFAttention):
 
 
 class HFLlama(HFAttention):
-    """Self-attention only (query, key and value the same array); no gradients (the one
-    input cannot give query, key and value gradients as separate leaves)."""
+    """Self-attention only: one input for query, key and value (``kv_source = "self"``: the
+    cases and sweeps give it key = value = query); gradients are not declared."""
 
     features = HFAttention.features | {"gqa"}
+    kv_source = "self"
 
     def build(self, p):
         from transformers.models.llama.modeling_llama import LlamaAttention, LlamaConfig
 
         w = p.weights
+        if p.D % 2:  # LlamaConfig's validate_rope refuses an odd head width
+            raise Unsupported(f"LlamaAttention's rotary embedding needs an even head width, "
+                              f"got D={p.D}")
         if (w.b_q is not None) != (w.b_o is not None):
             raise Unsupported("Llama's attention_bias switches the q, k, v and o biases together")
         config = LlamaConfig(hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K,

@@ -197,10 +197,11 @@ class TorchModuleCore(TorchCore):
         if device not in self.devices():
             raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
         p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
-        module = self.build(p)
+        # Cast first, then load: the canonical float64 weights are rounded once, to the run's
+        # dtype (loading into a float32 module first would round float64 runs to float32).
+        module = self.build(p).to(dev, t).eval()
         with torch.no_grad():
             self.load_weights(module, p)
-        module = module.to(dev, t).eval()
 
         def put(a: np.ndarray) -> torch.Tensor:
             x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)

@@ -117,10 +117,13 @@ class Implementation:
     features: ClassVar[FrozenSet[str]] = frozenset()
     # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES).
     deviations: ClassVar[Dict[str, Deviation]] = {}
-    # Where key and value come from (KV_SOURCES): "separate" (two inputs, the default) or
+    # Where key and value come from (KV_SOURCES): "separate" (two inputs, the default),
     # "shared" (one key/value input, as Hugging Face cross-attention's encoder_hidden_states):
     # such a plugin is given problems with value = key, a case that needs key != value is
-    # unsupported for it, and its gradient of that one input is returned under "key".
+    # unsupported for it, and its gradient of that one input is returned under "key";
+    # or "self" (one input for query, key and value, as a decoder's self-attention block):
+    # it is given problems with key = value = query (Lq == Lk), and its one gradient is
+    # returned under "query".
     kv_source: ClassVar[str] = "separate"
     # The sweep's memory prediction: "quadratic" (a (B, H, L, S) score array is live) or
     # "linear" (tiled kernels that never hold one); points predicted not to fit are skipped.
@@ -181,7 +184,7 @@ class Implementation:
         return type(self)()
 
 
-KV_SOURCES = ("separate", "shared")
+KV_SOURCES = ("separate", "shared", "self")
 MEMORY_MODELS = ("quadratic", "linear")
 
 
@@ -201,9 +204,21 @@ def compile_seconds(state: Any) -> Optional[float]:
 def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = False
                 ) -> Problem:
     """``problem`` as ``impl`` can take it: a plugin with one key/value source
-    (``kv_source = "shared"``) gets value = key (the same array); ``distinct_kv`` says the
-    problem is about key != value, which such a plugin cannot express (``Unsupported``)."""
-    if getattr(impl, "kv_source", "separate") != "shared" or problem.value is problem.key:
+    (``kv_source = "shared"``) gets value = key (the same array), one with one input for all
+    three (``kv_source = "self"``) gets key = value = query; ``distinct_kv`` says the
+    problem is about key != value, which neither can express (``Unsupported``)."""
+    source = getattr(impl, "kv_source", "separate")
+    if source == "self":
+        if problem.query is problem.key is problem.value:
+            return problem
+        if distinct_kv:
+            raise Unsupported("needs key != value; the plugin takes one input for query, key "
+                              "and value (kv_source='self')")
+        if problem.L != problem.S:
+            raise Unsupported(f"needs Lq != Lk (Lq={problem.L}, Lk={problem.S}); the plugin "
+                              f"takes one input for query, key and value (kv_source='self')")
+        return dataclasses.replace(problem, key=problem.query, value=problem.query)
+    if source != "shared" or problem.value is problem.key:
         return problem
     if distinct_kv:
         raise Unsupported("needs key != value; the plugin takes one key/value source "

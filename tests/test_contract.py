@@ -62,6 +62,18 @@ def test_expressible_gives_a_shared_kv_plugin_value_is_key():
     assert expressible(shared, self_attn, distinct_kv=True) is self_attn
 
 
+def test_expressible_gives_a_self_plugin_one_input():
+    p = make_problem(0, 2, 5, 5)
+    one = type("One", (NumpyMHA,), {"name": "o", "kv_source": "self"})()
+    q = expressible(one, p)
+    assert q.query is q.key is q.value is p.query
+    with pytest.raises(Unsupported, match="key != value"):
+        expressible(one, p, distinct_kv=True)
+    with pytest.raises(Unsupported, match="Lq != Lk"):
+        expressible(one, make_problem(0, 2, 3, 5))
+    assert expressible(one, q) is q
+
+
 def test_shared_kv_plugins_get_problems_they_can_express(cli, tmp_path):
     """kv.shared reads only ``key``: given value = key everywhere it passes, and the case
     about key != value is unsupported for it. bug.ignores_value does the same without

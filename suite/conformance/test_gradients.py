@@ -24,8 +24,12 @@ GRAD_CASES = {
 }
 
 
+def _source(impl) -> str:
+    return getattr(impl, "kv_source", "separate")
+
+
 def _shared_kv(impl) -> bool:
-    return getattr(impl, "kv_source", "separate") == "shared"
+    return _source(impl) == "shared"
 
 
 def _reference(impl, p, dtype):
@@ -36,6 +40,9 @@ def _reference(impl, p, dtype):
     if _shared_kv(impl):
         for g in (ref, *base):
             g["key"] = g["key"] + g.pop("value")
+    elif _source(impl) == "self":  # the one input's gradient: query + key + value
+        for g in (ref, *base):
+            g["query"] = g["query"] + g.pop("key") + g.pop("value")
     return ref, base
 
 
@@ -81,7 +88,8 @@ def test_causal_gradients(conform):
         if refused:
             return out.classify(*refused)
         got = res[0].grads
-        inputs = ("query", "key") if _shared_kv(impl) else ("query", "key", "value")
+        inputs = {"shared": ("query", "key"), "self": ("query",)}.get(
+            _source(impl), ("query", "key", "value"))
         leaks = [f"{n} rows 4: max {np.abs(got[n][:, 4:]).max():.3g}"
                  for n in inputs if n in got and np.any(got[n][:, 4:] != 0)]
         absent = [n for n in inputs if n not in got]
