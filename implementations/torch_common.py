@@ -32,7 +32,7 @@ top-left causal) and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -77,6 +77,14 @@ class TorchCore(Implementation):
             return ("float32", "float16", "bfloat16")
         return ("float64", "float32", "float16", "bfloat16")
 
+    def target(self, device: str, dtype: str) -> Tuple[torch.device, torch.dtype]:
+        """The run's torch device and dtype, once both are checked to be offered here."""
+        if dtype not in TORCH_DTYPES:
+            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        return torch.device(device), TORCH_DTYPES[dtype]
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttendMask,
                scale: float, need_weights: bool):
         """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
@@ -84,11 +92,7 @@ class TorchCore(Implementation):
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-        if device not in self.devices():
-            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        dev, t = torch.device(device), TORCH_DTYPES[dtype]
+        dev, t = self.target(device, dtype)
         p = problem
 
         def put(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
@@ -192,11 +196,7 @@ class TorchModuleCore(TorchCore):
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-        if device not in self.devices():
-            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
+        p, (dev, t) = problem, self.target(device, dtype)
         # Cast first, then load: the canonical float64 weights are rounded once, to the run's
         # dtype (loading into a float32 module first would round float64 runs to float32).
         module = self.build(p).to(dev, t).eval()

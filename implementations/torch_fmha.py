@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
+from implementations.torch_common import TorchCore, _np
 from suite import adapters
 from suite.plugin import Deviation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
@@ -42,11 +42,7 @@ class TorchFMHA(TorchCore):
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-        if device not in self.devices():
-            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
+        p, (dev, t) = problem, self.target(device, dtype)
         if p.K != p.H:
             raise Unsupported(f"multi_head_attention_forward has one head count for q, k and v "
                               f"(H={p.H}, H_kv={p.K})")

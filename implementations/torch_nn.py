@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from implementations.torch_common import TORCH_DTYPES, TorchCore, _np
+from implementations.torch_common import TorchCore, _np
 from suite import adapters
 from suite.plugin import Deviation, Result
 from suite.problem import GRAD_NAMES, Problem, cotangent
@@ -40,14 +40,11 @@ class TorchNN(TorchCore):
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-        if device not in self.devices():
-            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        dev, t = self.target(device, dtype)
         if problem.K != problem.H:
             raise ValueError(f"num_kv_heads: torch.nn.MultiheadAttention has no GQA, expected "
                              f"{problem.H}, got {problem.K}")
-        p, dev, t = problem, torch.device(device), TORCH_DTYPES[dtype]
+        p = problem
         w = p.weights
         has_bias = w.b_q is not None
         mha = torch.nn.MultiheadAttention(p.E, p.H, bias=has_bias, batch_first=True,
