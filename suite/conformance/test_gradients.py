@@ -24,25 +24,24 @@ GRAD_CASES = {
 }
 
 
-def _source(impl) -> str:
-    return getattr(impl, "kv_source", "separate")
+# The inputs whose gradients a plugin returns, by its kv_source.
+_INPUTS = {"separate": ("query", "key", "value"), "shared": ("query", "key"), "self": ("query",)}
 
 
-def _shared_kv(impl) -> bool:
-    return _source(impl) == "shared"
+def _inputs(impl) -> tuple:
+    return _INPUTS[getattr(impl, "kv_source", "separate")]
 
 
 def _reference(impl, p, dtype):
-    """Oracle and same-dtype gradients of what ``impl`` ran; with one key/value source the
-    one input's gradient (under "key") is the sum of the key and value gradients."""
+    """Oracle and same-dtype gradients of what ``impl`` ran; an input a plugin takes for
+    several roles gets their sum (one key/value source: key + value under "key"; one input
+    for all three: query + key + value under "query")."""
     p = expressible(impl, p)
     ref, base = grads(p), naive_grads(p, dtype)
-    if _shared_kv(impl):
-        for g in (ref, *base):
-            g["key"] = g["key"] + g.pop("value")
-    elif _source(impl) == "self":  # the one input's gradient: query + key + value
-        for g in (ref, *base):
-            g["query"] = g["query"] + g.pop("key") + g.pop("value")
+    inputs = _inputs(impl)
+    for g in (ref, *base):
+        for n in ("query", "key", "value")[len(inputs):]:
+            g[inputs[-1]] = g[inputs[-1]] + g.pop(n)
     return ref, base
 
 
@@ -88,8 +87,7 @@ def test_causal_gradients(conform):
         if refused:
             return out.classify(*refused)
         got = res[0].grads
-        inputs = {"shared": ("query", "key"), "self": ("query",)}.get(
-            _source(impl), ("query", "key", "value"))
+        inputs = _inputs(impl)
         leaks = [f"{n} rows 4: max {np.abs(got[n][:, 4:]).max():.3g}"
                  for n in inputs if n in got and np.any(got[n][:, 4:] != 0)]
         absent = [n for n in inputs if n not in got]
