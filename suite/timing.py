@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import numpy as np
 
 from suite.environment import cpu_model, library_versions
-from suite.point import Point, point_key  # noqa: F401  (point_key: re-exported)
+from suite.point import Point
 
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from suite import records
+from suite.point import point_key
 from suite.records import ResultsError
-from suite.timing import point_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = {"machine_info": {"node": "n", "mha_suite": {"cpu_model": "c"}}, "commit_info": {"id": "x"}}
