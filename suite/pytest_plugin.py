@@ -98,6 +98,16 @@ class Timeout(Exception):
     """A test (conformance case or sweep point) ran past --timeout."""
 
 
+TIMED_OUT = pytest.StashKey[str]()  # the Timeout's message, once a test's alarm has fired
+
+
+def timed_out(item: pytest.Item) -> Optional[str]:
+    """The timeout message if ``item`` ran past --timeout, else None. The alarm raises once,
+    inside whatever the plugin was running; a plugin or a library may catch or wrap it
+    (dynamo does), so the item remembers it: the case is a timeout whatever came after."""
+    return item.stash.get(TIMED_OUT, None)
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
     """pytest-timeout's alarm raising ``Timeout`` inside the plugin's call, so the case or
@@ -107,7 +117,8 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
         return None
 
     def alarm(signum, frame):
-        raise Timeout(f"no result within --timeout {settings.timeout:g} s")
+        item.stash[TIMED_OUT] = f"no result within --timeout {settings.timeout:g} s"
+        raise Timeout(item.stash[TIMED_OUT])
 
     signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, settings.timeout)

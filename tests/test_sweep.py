@@ -257,6 +257,23 @@ def test_a_hanging_case_under_check_timeout_is_one_line(cli):
     assert lines and "Traceback" not in proc.stdout and "time.sleep" not in proc.stdout
 
 
+def test_a_timeout_is_an_error_even_when_listed_as_a_known_failure(cli, tmp_path):
+    """A known-failure entry lists a wrong answer; a case that ran out of time is an error,
+    whatever the plugin made of the alarm, and Hypothesis runs no further example."""
+    known = tmp_path / "known.txt"
+    known.write_text("*hang.wraps_the_alarm*  # listed: gives wrong answers\n")
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.wraps_the_alarm",
+               "--dtype", "float32", "--known-failures", str(known), "--timeout", "2",
+               "-k", "random_shapes or causal_top_left_short_query", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    records = json.loads(out.read_text())["results"]
+    assert sorted(r["case"] for r in records) == ["causal_top_left_short_query", "random_shapes"]
+    for r in records:
+        assert r["outcome"] == "error", r
+        assert "no result within --timeout 2 s" in r["reason"], r
+
+
 # --- where a sweep's time goes ---------------------------------------------------------------
 def test_a_long_call_is_timed_with_one_untimed_call_and_the_time_is_accounted(tmp_path,
                                                                                monkeypatch):

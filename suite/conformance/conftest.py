@@ -157,7 +157,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             out = Outcome(entry.name, device, dtype, family, name,
                           getattr(case, "seed", 0), "error", reason=reason.strip()[:2000],
                           test_id=item.nodeid)
-            report.user_properties.append((RECORD_KEY, out.record()))
+            item.user_properties.append((RECORD_KEY, out.record()))  # the teardown report
+            item.stash[RECORDED] = True  # carries it (the last report of a test)
     return report
 
 
@@ -174,6 +175,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         targets = _targets(metafunc.config)
         metafunc.parametrize("target", targets,
                              ids=[f"{e.name}-{d}-{t}" for e, d, t in targets])
+
+
+@pytest.fixture
+def listed_known_failure(request: pytest.FixtureRequest):
+    """The known-failure reason listed for this test, or None."""
+    known = known_failure(request.config, request.node.name)
+    return known[1] if known else None
 
 
 @pytest.fixture
@@ -217,6 +225,10 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
     if known:
         request.node.user_properties.append((KNOWN_KEY, known[0]))
         known = known[1]
+    late = pytest_plugin.timed_out(request.node)
+    if late:  # whatever the plugin made of the alarm, the case ran out of time: an error,
+        # which no known-failure entry absorbs (an entry lists a wrong answer, not a hang)
+        outcome.outcome, outcome.reason, known = "error", f"Timeout: {late}", None
     if known and outcome.outcome in FAILED:
         outcome.outcome, outcome.reason = "known_failure", f"{known}; {outcome.reason}"
     elif known:

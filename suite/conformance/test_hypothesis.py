@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
+from suite.pytest_plugin import Timeout, timed_out  # noqa: E402
 
 
 @st.composite
@@ -51,16 +52,24 @@ def problems(draw, features: frozenset):
     return make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw))
 
 
-def test_random_shapes(target, conform, request):
+def test_random_shapes(target, conform, request, listed_known_failure):
     n = request.config.getoption("--hypothesis-examples")
+    # A listed known failure runs to show it still fails: its first failing example says so,
+    # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin
+    # that compiles each new shape, shrinking alone took 300 s, Hypothesis's own limit).
+    phases = [ph for ph in Phase if ph not in (Phase.shrink, Phase.explain)] \
+        if listed_known_failure else list(Phase)
 
     def judge(impl, out):
         tried = []
 
         @settings(max_examples=n, derandomize=True, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck), print_blob=True)
+                  phases=phases, suppress_health_check=list(HealthCheck), print_blob=True)
         @given(problems(frozenset(impl.features)))
         def check(p):
+            late = timed_out(request.node)
+            if late:  # past --timeout: no further example runs (the case is an error)
+                raise Timeout(late)
             o = run_problem(impl, Outcome(out.impl, out.device, out.dtype, "hypothesis",
                                           "random_shapes", 0, "pass"), p.validate())
             tried.append(o)
