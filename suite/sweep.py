@@ -246,9 +246,14 @@ def run(args: argparse.Namespace) -> int:
         for value in getattr(args, flag) or []:
             pytest_args += [f"--{flag}", value]
     run_state = _RunState()
+    # The sweep is its own pytest session, never a distributed one: pytest-xdist's variables
+    # inherited from a pytest run that launched it (a test, a CI job under -n) would make
+    # pytest-benchmark switch itself off, and every point would have no timing.
+    inherited = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PYTEST_XDIST_")}
     try:
         code = int(pytest.main(pytest_args, plugins=[run_state]))
     finally:
+        os.environ.update(inherited)
         os.unlink(f.name)
     if code == pytest.ExitCode.INTERRUPTED:
         return 130  # the session said so, and which points were kept

@@ -39,6 +39,21 @@ def test_barrier_is_inside_the_timed_region(tmp_path):
     assert medians["async.no_barrier"] < 0.01  # the control: without it, only the launch
 
 
+def test_a_sweep_launched_from_an_xdist_worker_is_timed(tmp_path):
+    """pytest-xdist's variables, inherited from the pytest run that launched the sweep, must
+    not switch pytest-benchmark off (every point would have no timing)."""
+    import os
+
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
+    proc = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "--out", str(tmp_path),
+                           *TINY, "--impl", "numpy"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    assert len(doc["benchmarks"]) == 3
+    assert all(b["stats"]["median"] > 0 for b in doc["benchmarks"])
+
+
 def test_points_record_flops_and_memory(tmp_path):
     proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
     assert proc.returncode == 0, proc.stderr[-2000:]
