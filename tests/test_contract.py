@@ -140,3 +140,16 @@ def test_known_failures_is_a_check_option(cli, tmp_path):
         "xfailed" in listed.stdout
     before = cli("check", "--known-failures", str(known), *args[1:])  # before the others
     assert before.returncode == 0, before.stdout[-2000:]
+
+
+def test_a_known_failure_glob_warns_of_passes_but_not_of_unsupported_cases(cli, tmp_path):
+    """An entry covering cases the implementation does not run (unsupported) is not a
+    known failure that passed; one covering a passing case is."""
+    known = tmp_path / "known.txt"
+    known.write_text("*[[]numpy-cpu-float32-masking/none[]]  # listed, but passes\n"
+                     "*[[]numpy-cpu-float32-gradients/plain[]]  # listed, unsupported\n")
+    proc = cli("check", "--impl", "numpy", "--dtype", "float32", "--workers", "0",
+               "--known-failures", str(known), "-k", "masking/none or gradients/plain")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "masking/none] is listed as a known failure but passed" in proc.stdout
+    assert "gradients/plain] is listed as a known failure" not in proc.stdout
