@@ -92,7 +92,7 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
            f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
            "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
-    if workers > 1:  # each implementation's cases on one worker: compiled graphs reused
+    if workers > 1:  # an implementation's cases of one family on one worker (conftest)
         out += ["-n", str(workers), "--dist", "loadgroup"]
     elif progress:
         out.append("--progress")

@@ -70,7 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # A pytest-xdist controller collects nothing, so the conformance conftest (which gathers
     # the workers' records from their reports, writes the JSON and prints the matrix) is
     # registered here for a distributed conformance run.
-    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
+    if (distributed and not hasattr(config, "workerinput")
             and any(str(a).startswith("suite.conformance") for a in config.args)):
         from suite.conformance import conftest as conformance
 

@@ -191,3 +191,22 @@ def test_xdist_run_gives_the_serial_verdicts(tmp_path):
                      for r in json.loads(out.read_text())["results"]})
     assert docs[0] == docs[1]
     assert len(docs[0]) > 200
+
+
+def test_conformance_on_xdist_gateways_keeps_its_records(tmp_path):
+    """Hosts are pytest-xdist gateways (``--tx ssh=host//python=...``; ``popen`` here, the
+    same path): the controller, which collects nothing, still writes every record."""
+    pytest.importorskip("xdist")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "tx.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-p", "no:cacheprovider",
+         "-q", "--tx", f"2*popen//python={sys.executable}", "--dist", "loadgroup", "--impl",
+         "numpy", "--dtype", "float32", "-k", "masking", "--conformance-json", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    assert len(records) >= 18 and {r["impl"] for r in records} == {"numpy"}
