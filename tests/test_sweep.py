@@ -149,10 +149,19 @@ SLOW = ["--preset", "ci", "--lengths", "16,24,32,40,48,56,64,72", "--heads", "1"
         "--plugin", str(PLUGINS / "slow.py"), "--impl", "slow.numpy"]
 
 
+def _ctrl_c_reaches_it() -> None:
+    """In the child: SIGINT back to its default. A shell starts background jobs with SIGINT
+    ignored and children inherit that (Python then never raises KeyboardInterrupt), so the
+    tests run the sweep as a terminal's foreground job would, however they were started."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(out: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "suite.cli", "sweep", "--out", str(out),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+                            cwd=ROOT, preexec_fn=_ctrl_c_reaches_it)
 
 
 def _points_when(path: Path, n: int, proc: subprocess.Popen, timeout: float = 300) -> dict:
