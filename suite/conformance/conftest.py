@@ -11,7 +11,7 @@ import fnmatch
 import os
 import time
 import warnings
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -94,12 +94,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     compile each: torch.flex's took 137 s of a 240 s run), and started last, one of them
     left a worker running alone at the end (longest first is the classic fix).
     With --progress, a bar with an ETA."""
-    items.sort(key=lambda it: not (hasattr(it, "callspec") and "target" in it.callspec.params
-                                   and _family(it) == "hypothesis"))
+    items.sort(key=lambda it: _family(it) != "hypothesis")
     for item in items:
-        cs = getattr(item, "callspec", None)
-        if cs is not None and "target" in cs.params:
-            group = f"{cs.params['target'][0].name}/{_family(item)}"
+        family = _family(item)
+        if family is not None:
+            group = f"{item.callspec.params['target'][0].name}/{family}"
             item.add_marker(pytest.mark.xdist_group(group))
     if not config.getoption("--progress") or not items or _is_worker(config):
         return
@@ -170,9 +169,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def _family(item: pytest.Item) -> str:
-    """The case family of a conformance test (its case's, else its module's)."""
-    case = item.callspec.params.get("case")
+def _family(item: pytest.Item) -> Optional[str]:
+    """The case family of a conformance test (its case's, else its module's); None for a
+    test that runs no implementation."""
+    cs = getattr(item, "callspec", None)
+    if cs is None or "target" not in cs.params:
+        return None
+    case = cs.params.get("case")
     return case.family if case is not None else MODULE_FAMILY.get(
         item.module.__name__.rsplit(".", 1)[-1], "other")
 
