@@ -69,9 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mha_impl(name): the implementation a test runs")
     # A pytest-xdist controller collects nothing, so the conformance conftest (which gathers
     # the workers' records from their reports, writes the JSON and prints the matrix) is
-    # registered here for a distributed conformance run.
+    # registered here for a distributed conformance run. Under --collect-only xdist stays
+    # off and the controller collects, loading that conftest itself: not registered twice.
     distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
-    if (distributed and not hasattr(config, "workerinput")
+    if (distributed and not hasattr(config, "workerinput") and not config.option.collectonly
             and any(str(a).startswith("suite.conformance") for a in config.args)):
         from suite.conformance import conftest as conformance
 

@@ -210,3 +210,22 @@ def test_conformance_on_xdist_gateways_keeps_its_records(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = json.loads(out.read_text())["results"]
     assert len(records) >= 18 and {r["impl"] for r in records} == {"numpy"}
+
+
+def test_collect_only_with_workers_lists_the_cases(tmp_path):
+    """``mha-suite check -- --collect-only`` under xdist: xdist stays off and the controller
+    collects, so the conformance conftest must not be registered a second time (it was:
+    "Plugin already registered under a different name", no case listed, exit 2)."""
+    pytest.importorskip("xdist")
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.cli", "check", "--impl", "numpy", "--dtype", "float32",
+         "--workers", "2", "--json", str(out), "--", "--collect-only", "-k", "masking"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    listed = [line for line in proc.stdout.splitlines() if "numpy-cpu-float32-masking/" in line]
+    assert len(listed) >= 10, proc.stdout[-2000:]
+    assert "already registered" not in proc.stdout + proc.stderr
