@@ -100,6 +100,20 @@ def test_shared_kv_plugins_get_problems_they_can_express(cli, tmp_path):
     assert proc.returncode == 1  # bug.ignores_value fails
 
 
+def test_sweeps_give_a_shared_kv_plugin_value_is_key(cli, tmp_path):
+    """A sweep point is a problem too: a plugin with one key/value source is timed on
+    value = key (the same array), as its conformance cases are, and its points count."""
+    seen, out = tmp_path / "seen.txt", tmp_path / "sweep"
+    proc = cli("sweep", "--plugin", str(PLUGINS / "kv_source.py"), "--impl", "kv.shared",
+               "--preset", "ci", "--lengths", "32,64", "--heads", "2", "--out", str(out),
+               env={"MHA_SUITE_TEST_KV_SEEN": str(seen)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    points = [b for f in out.glob("sweep-*.json")
+              for b in json.loads(f.read_text())["benchmarks"]]
+    assert len(points) == 4 and all(b["extra_info"]["status"] == "ok" for b in points), points
+    assert seen.read_text().split() and set(seen.read_text().split()) == {"shared"}
+
+
 def test_plugin_named_like_a_builtin_is_refused_unless_asked(tmp_path):
     path = tmp_path / "mine.py"
     path.write_text("from implementations.numpy_mha import NumpyMHA\n\n\n"
