@@ -137,9 +137,12 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
     weighs the same whatever its time). At L_max: ``exponent`` = d ln t / d ln L =
     (b·L + 2c·L²) / t(L), between 0 and 2 for a model with non-negative terms, with its
     95% interval (delta method, t distribution with n - 3 degrees of freedom), and
-    ``quadratic_share`` = c·L² / t(L). A group with fewer than ``min_points`` lengths is
-    left out. Columns: the keys, exponent, ci_low, ci_high, quadratic_share, n_points,
-    L_min, L_max.
+    ``quadratic_share`` = c·L² / t(L). ``worst_residual`` is the measured time's largest
+    relative distance from the model, at ``worst_L``: a wide interval with a large one there
+    is a cost curve the model does not follow (a kernel changing regime at that length),
+    not only noise spread over every point. A group with fewer than ``min_points`` lengths
+    is left out. Columns: the keys, exponent, ci_low, ci_high, quadratic_share,
+    worst_residual, worst_L, n_points, L_min, L_max.
     """
     from scipy import stats
 
@@ -147,8 +150,8 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
         raise ValueError(f"min_points: expected >= 4 (three terms and an interval need "
                          f"n - 3 > 0), got {min_points}")
     keys = FIT_KEYS + [k for k in ("grad", "K") if k in df.columns]
-    columns = [*keys, "exponent", "ci_low", "ci_high", "quadratic_share", "n_points", "L_min",
-               "L_max"]
+    columns = [*keys, "exponent", "ci_low", "ci_high", "quadratic_share", "worst_residual",
+               "worst_L", "n_points", "L_min", "L_max"]
     # The fastest round: on a shared machine other work only ever adds time to a call.
     time = "min_s" if "min_s" in df.columns and df["min_s"].notna().all() else "median_s"
     ok = df[(df["status"] == "ok") & (df[time] > 0) & (df["L"] > 0)]
@@ -162,7 +165,8 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
         X = np.stack([np.ones_like(u), u, u**2], axis=1) / t[:, None]  # (n, 3) relative
         coef, *_ = np.linalg.lstsq(X, np.ones_like(u), rcond=None)  # (3,) a, b, c at u = 1
         dof = len(u) - 3
-        residual = X @ coef - 1.0  # (n,) relative errors
+        residual = X @ coef - 1.0  # (n,) relative errors: (model - t) / t
+        worst = int(np.argmax(np.abs(residual)))
         cov = (residual @ residual / dof) * np.linalg.pinv(X.T @ X)  # (3, 3)
         a, b, c = coef
         top = a + b + c  # the model's time at L_max
@@ -171,6 +175,8 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
         half = float(stats.t.ppf(0.975, dof) * np.sqrt(max(grad @ cov @ grad, 0.0)))
         rows.append({**dict(zip(keys, key)), "exponent": float(exponent),
                      "ci_low": float(exponent) - half, "ci_high": float(exponent) + half,
-                     "quadratic_share": float(c / top), "n_points": len(u),
+                     "quadratic_share": float(c / top),
+                     "worst_residual": float(abs(residual[worst])),
+                     "worst_L": int(lengths[worst]), "n_points": len(u),
                      "L_min": int(lengths.min()), "L_max": int(lengths.max())})
     return pd.DataFrame(rows, columns=columns)

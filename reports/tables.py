@@ -185,8 +185,10 @@ def exponents(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None) -> pd
     if fits.empty:
         return fits
     fits = fits.assign(
-        cell=[f"{e:.2f} [{lo:.2f}, {hi:.2f}] · L² {q:.0%}" for e, lo, hi, q in
-              fits[["exponent", "ci_low", "ci_high", "quadratic_share"]].itertuples(index=False)],
+        cell=[f"{e:.2f} [{lo:.2f}, {hi:.2f}] · L² {q:.0%} · off {w:.0%} at {wl}"
+              for e, lo, hi, q, w, wl in
+              fits[["exponent", "ci_low", "ci_high", "quadratic_share", "worst_residual",
+                    "worst_L"]].itertuples(index=False)],
         setting=[" · ".join(str(v) for v in vals) for vals in
                  fits[["device", "dtype", "mask"]].itertuples(index=False)],
         H=fits["H"].map(lambda h: f"H={h}"))

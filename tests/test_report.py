@@ -146,7 +146,7 @@ def test_conformance_matrix_shows_every_outcome(full):
 
 def test_exponents_ranking_and_not_measured(full):
     exps = full.find(id="scaling").find("table").get_text(" ")
-    assert re.search(r"\d\.\d\d \[-?\d\.\d\d, \d\.\d\d\]", exps)
+    assert re.search(r"\d\.\d\d \[-?\d\.\d\d, \d\.\d\d\] · L² \d+% · off \d+% at \d+", exps)
     ranking = " ".join(full.find(id="ranking").get_text(" ").split())
     assert "speed-up over numpy" in ranking and "torch.sdpa" in ranking
     nm = full.find(id="not-measured").get_text(" ")

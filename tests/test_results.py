@@ -120,6 +120,22 @@ def test_fit_exponent_is_the_cost_models_local_exponent_at_the_largest_length(a,
     assert fit["ci_high"] - fit["ci_low"] < 1e-6  # exact data: no uncertainty
 
 
+def test_fit_exponent_names_the_length_the_model_misses_most():
+    """A kernel that changes regime at one length (here 40% slower at L = 512, as a library
+    switching its blocking there would be) is missed most there; exact data is missed by
+    nothing."""
+    lengths = [128, 256, 512, 768, 1024, 1536, 2048]
+    exact = pd.DataFrame([{"machine": "m", "impl": "x", "device": "cpu", "dtype": "float32",
+                           "mask": "none", "H": 8, "B": 1, "D": 64, "status": "ok", "L": L,
+                           "median_s": 1e-4 + 1e-7 * L + 1e-9 * L**2} for L in lengths])
+    fit = fit_exponent(exact).iloc[0]
+    assert fit["worst_residual"] < 1e-9
+    kinked = exact.assign(median_s=exact["median_s"] * np.where(exact["L"] == 512, 1.4, 1.0))
+    fit = fit_exponent(kinked).iloc[0]
+    assert fit["worst_L"] == 512 and fit["worst_residual"] > 0.15
+    assert fit["ci_high"] - fit["ci_low"] > 0.1
+
+
 def test_fit_exponent_interval_widens_with_noise():
     lengths = [256, 512, 1024, 2048, 4096]
     quiet = fit_exponent(_synthetic(2.0, lengths, noise=0.01)).iloc[0]
