@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 import pandas as pd
 
 from reports import figures, tables
-from reports.frames import conformance_frame, sweeps_frame
+from reports.frames import conformance_frame, fit_exponent, sweeps_frame
 from suite.records import read, write_atomic
 
 PathLike = Union[str, Path]
@@ -26,6 +26,7 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
     base = sweeps_frame(read(baseline)) if baseline else None
     # one colour and marker per implementation for every chart of the page
     styles = figures.impl_styles(sweeps, conformance, *([base] if base is not None else []))
+    fits = fit_exponent(ok)  # the exponents table and the ranges it states
     ctx: Dict[str, Any] = {
         "generated": datetime.datetime.now().isoformat(sep=" ", timespec="seconds"),
         "n_files": len(docs), "n_points": len(ok), "n_not_measured": len(sweeps) - len(ok),
@@ -38,8 +39,8 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
                  "heads": figures.time_vs_heads(ok, styles),
                  "throughput": figures.throughput(ok, styles),
                  "memory": figures.memory_vs_length(ok, styles)},
-        "exponents": tables.to_html(tables.exponents(ok, styles)),
-        "exponent_ranges": tables.exponent_ranges(ok),
+        "exponents": tables.to_html(tables.exponents(fits, ok, styles)),
+        "exponent_ranges": tables.exponent_ranges(fits),
         "fastest": tables.to_html(tables.fastest(figures.length_subset(ok)), classes="data wrap")
         if len(ok) else tables.to_html(None),
         "ranking": tables.to_html(tables.ranking(ok, ref_impl), classes="data rank"),

@@ -139,10 +139,10 @@ def fit_exponent(df: pd.DataFrame, min_points: int = 4) -> pd.DataFrame:
     95% interval (delta method, t distribution with n - 3 degrees of freedom), and
     ``quadratic_share`` = c·L² / t(L). ``worst_residual`` is the measured time's largest
     relative distance from the model, at ``worst_L``: a wide interval with a large one there
-    is a cost curve the model does not follow (a kernel changing regime at that length),
-    not only noise spread over every point. A group with fewer than ``min_points`` lengths
-    is left out. Columns: the keys, exponent, ci_low, ci_high, quadratic_share,
-    worst_residual, worst_L, n_points, L_min, L_max.
+    is a kernel changing regime at that length (a rerun misses there again) or a disturbed
+    point (a rerun does not), not noise spread over every point. A group with fewer than
+    ``min_points`` lengths is left out. Columns: the keys, exponent, ci_low, ci_high,
+    quadratic_share, worst_residual, worst_L, n_points, L_min, L_max.
     """
     from scipy import stats
 

@@ -7,7 +7,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from reports.frames import fit_exponent
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.records import Document, machine_ids, run_facts
@@ -178,10 +177,10 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
 
 
 # --- scaling -------------------------------------------------------------------------------
-def exponents(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None) -> pd.DataFrame:
-    """Fitted exponents, one row per implementation (grouped by family), one column per
-    measured setting."""
-    fits = fit_exponent(ok)
+def exponents(fits: pd.DataFrame, ok: pd.DataFrame,
+              styles: Optional[Dict[str, Style]] = None) -> pd.DataFrame:
+    """The fits (``fit_exponent(ok)``), one row per implementation (grouped by family, from
+    ``ok``), one column per measured setting."""
     if fits.empty:
         return fits
     fits = fits.assign(
@@ -203,9 +202,8 @@ def exponents(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None) -> pd
                              kind="stable").reset_index(drop=True)
 
 
-def exponent_ranges(ok: pd.DataFrame) -> str:
-    """The length range each fit used, e.g. 'L = 1024..4096 (3 lengths)'."""
-    fits = fit_exponent(ok)
+def exponent_ranges(fits: pd.DataFrame) -> str:
+    """The length range each fit (``fit_exponent``) used, e.g. 'L = 1024..4096 (3 lengths)'."""
     if fits.empty:
         return ""
     spans = sorted({(int(a), int(b), int(n)) for a, b, n in
