@@ -46,16 +46,22 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
 
 def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str]]
                        ) -> Dict[str, List[str]]:
-    """impl -> the declared behaviours no case needed: the run met each of them (some
-    problem exhibited it) and every such result gave the spec's answer."""
-    met: Dict[str, set] = defaultdict(set)
-    needed: Dict[str, set] = defaultdict(set)
+    """impl -> the declared behaviours no case needed: some judged case exhibited each of them
+    and every judged case that did gave the spec's answer (outcome pass).
+
+    A case that exhibits a behaviour and did not pass (a deviation, a failure, a known failure
+    in another dtype, an error) keeps the declaration alive: removing it could only break that
+    case further, so the advice to remove it would be wrong."""
+    spec_answer: Dict[str, set] = defaultdict(set)  # exhibited, and the spec's answer came out
+    otherwise: Dict[str, set] = defaultdict(set)  # exhibited, and anything else came out
     for r in records:
-        met[r["impl"]].update(r.get("behaviours") or ())
-        needed[r["impl"]].update(r.get("policies_used") or ())
+        if r.get("outcome") == "unsupported":  # not run: says nothing about the declaration
+            continue
+        shown = set(r.get("behaviours") or ()) | set(r.get("policies_used") or ())
+        (spec_answer if r.get("outcome") == "pass" else otherwise)[r["impl"]].update(shown)
     out = {}
     for impl, behaviours in declared.items():
-        stale = sorted((set(behaviours) & met[impl]) - needed[impl])
+        stale = sorted((set(behaviours) & spec_answer[impl]) - otherwise[impl])
         if stale:
             out[impl] = stale
     return out

@@ -1,0 +1,35 @@
+"""The run summary's advice: a declaration is called stale only when removing it is safe."""
+
+from __future__ import annotations
+
+from suite.conformance.summary import stale_declarations
+
+
+def _rec(outcome, behaviours=("fully_masked_rows",), used=(), dtype="float32"):
+    return {"impl": "lib", "dtype": dtype, "outcome": outcome, "behaviours": list(behaviours),
+            "policies_used": list(used)}
+
+
+DECLARED = {"lib": ["fully_masked_rows"]}
+
+
+def test_a_declaration_every_exhibiting_case_passed_without_is_stale():
+    records = [_rec("pass"), _rec("pass", dtype="float16"), _rec("pass", behaviours=())]
+    assert stale_declarations(records, DECLARED) == {"lib": ["fully_masked_rows"]}
+
+
+def test_a_deviation_in_one_dtype_keeps_the_declaration():
+    records = [_rec("pass", dtype="float64"), _rec("deviation", used=["fully_masked_rows"])]
+    assert stale_declarations(records, DECLARED) == {}
+
+
+def test_a_failure_or_known_failure_in_another_dtype_keeps_the_declaration():
+    # The float16 row failed (say, its mask fill overflows); removing the declaration would
+    # break nothing there but could only make it worse: it is not advice to give.
+    for outcome in ("fail", "known_failure", "error"):
+        records = [_rec("pass", dtype="float64"), _rec(outcome, dtype="float16")]
+        assert stale_declarations(records, DECLARED) == {}, outcome
+
+
+def test_unsupported_cases_say_nothing_and_unmet_behaviours_are_not_stale():
+    assert stale_declarations([_rec("unsupported"), _rec("pass", behaviours=())], DECLARED) == {}
