@@ -414,9 +414,9 @@ def _bands(lengths: List[int]) -> List[Tuple[str, List[int]]]:
 
 def headline_fastest(length_points: pd.DataFrame) -> List[Dict[str, Any]]:
     """Per device and dtype (and machine, when several) and length band: the implementation
-    whose times are closest to each point's fastest (geometric mean of time / fastest time
-    over the band's points, among those that measured most of them), how many of the
-    points it won, and its median share of the measured matmul peak there."""
+    fastest at most of the band's points (among those that measured most of them; ties go
+    to the smaller geometric mean of time / fastest time), how many points it won, and its
+    median share of the measured matmul peak there."""
     ok = length_points
     if ok.empty:
         return []
@@ -429,12 +429,15 @@ def headline_fastest(length_points: pd.DataFrame) -> List[Dict[str, Any]]:
             b = w[w["L"].isin(lengths)]
             t = b.groupby([*point_keys, "impl"], dropna=False)["median_s"].median()
             best = t.groupby(level=list(range(len(point_keys))), dropna=False).transform("min")
-            ratio = np.log(t / best).groupby(level="impl").agg(["mean", "size"])
+            score = np.log(t / best).groupby(level="impl").agg(["mean", "size"])
+            score["wins"] = (t == best).groupby(level="impl").sum()
             n_points = int(best.groupby(level=list(range(len(point_keys))),
                                         dropna=False).size().shape[0])
-            # among those that measured the most points of the band, the closest to the best
-            pick = ratio[ratio["size"] == ratio["size"].max()]["mean"].idxmin()
-            wins = int((t == best).groupby(level="impl").sum().get(pick, 0))
+            # among those that measured the most points of the band: the most wins, then
+            # the closest to each point's best (geometric mean of the ratios)
+            pick = score[score["size"] == score["size"].max()].sort_values(
+                ["wins", "mean"], ascending=[False, True], kind="stable").index[0]
+            wins = int(score.loc[pick, "wins"])
             share = b.loc[b["impl"] == pick, "peak_share"].median()
             out.append({"where": " ".join(str(v) for v in where),
                         "band": band, "lengths": f"L {lengths[0]}–{lengths[-1]}"

@@ -379,3 +379,72 @@ def test_ranking_lists_every_implementation_in_one_wrapping_column(twenty_report
         assert [e.split("\u00a0")[0] for e in entries] == [str(i) for i in
                                                            range(1, len(TWENTY) + 1)]
         assert sorted(e.split("\u00a0")[1] for e in entries) == sorted(n for n, _ in TWENTY)
+
+
+# --- headline -----------------------------------------------------------------------------
+def _headline(soup: BeautifulSoup) -> dict:
+    sec = soup.find(id="headline")
+    return {a.get_text(strip=True): a.find_parent("li").get_text(" ", strip=True)
+            for a in sec.find("ul", class_="verdicts").find_all("a")}
+
+
+def test_headline_says_what_each_implementation_did_and_links_it(full):
+    lines = _headline(full)
+    assert set(lines) == {"numpy", "torch.nn", "jax.nn", "bug.ignores_mask",
+                          "torch.sdpa[cudnn]"}
+    assert "conforms (40 cases pass)" in lines["numpy"]
+    assert "deviates as declared (fully_masked_rows, nan_padding) in 4 cases" in lines[
+        "torch.nn"]
+    assert lines["bug.ignores_mask"].startswith("bug.ignores_mask fails 18 cases: masking/")
+    assert "+15 more" in lines["bug.ignores_mask"]  # three cases named, the rest counted
+    assert "raises an error in 1 case" in lines["bug.ignores_mask"]
+    assert "not available here: needs a CUDA device" in lines["torch.sdpa[cudnn]"]
+    sec = full.find(id="headline")
+    classes = {a.get_text(strip=True): a["class"][0] for a in sec.find("ul").find_all("a")}
+    assert classes == {"numpy": "pass", "torch.nn": "deviation", "jax.nn": "deviation",
+                       "bug.ignores_mask": "fail", "torch.sdpa[cudnn]": "unsupported"}
+    # each item links to a place on the page: its conformance details, or the section
+    for a in sec.find_all("a"):
+        target = full.find(id=a["href"][1:])
+        assert target is not None, a["href"]
+    assert full.find(id=sec.find("a", string="torch.nn")["href"][1:]).summary.get_text(
+        ).startswith("torch.nn:")
+    counts = sec.find("p", class_="lead").get_text(" ", strip=True)
+    assert "1 fail" in counts and "2 deviate as declared" in counts and "1 conform" in counts
+
+
+def test_headline_fastest_per_band_and_what_was_not_measured(full):
+    sec = full.find(id="headline")
+    rows = {tr.th.get_text(strip=True): [td.get_text(" ", strip=True) for td in
+                                         tr.find_all("td")]
+            for tr in sec.find("table", class_="fastest").find_all("tr")}
+    assert set(rows) == {"gpu-box cpu float32", "gpu-box cuda float16", "laptop cpu float32",
+                         "vm cpu float32"}
+    vm = rows["vm cpu float32"]
+    assert [c.split(" ")[0] for c in vm] == ["short", "medium", "long"]
+    assert vm[2].startswith("long (L 2048–4096) torch.sdpa fastest at 4/4")
+    assert re.search(r"\d+% of peak", vm[2])
+    assert "torch.sdpa[flash]" in rows["gpu-box cuda float16"][2]
+    unmeasured = [a.get_text(" ", strip=True) for a in sec.find("ul", class_="unmeasured")
+                  .find_all("a")]
+    assert "no measured point: torch.flex" in unmeasured
+    assert any(re.fullmatch(r"34 sweep points not measured \(.*26 error.*\)", u)
+               for u in unmeasured), unmeasured
+    assert "checked but not in the sweep: bug.ignores_mask, jax.nn, torch.nn" in unmeasured
+
+
+def test_headline_names_interpreted_kernels_never_timed(tmp_path):
+    conf = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    for r in conf["results"]:
+        if r["impl"] == "numpy":
+            r.update(impl="triton.flash", device="cpu-interpret")
+    conf["implementations"].append({**conf["implementations"][0], "name": "triton.flash",
+                                    "devices": ["cpu-interpret"]})
+    (tmp_path / "conformance.json").write_text(json.dumps(conf))
+    soup = _soup(build_report([tmp_path, FIXTURES / "real" / "sweep-a.json"],
+                              tmp_path / "r.html"))
+    items = [a.get_text(" ", strip=True)
+             for a in soup.find(id="headline").find("ul", class_="unmeasured").find_all("a")]
+    assert any(i.startswith("interpreted kernels, checked but never timed") and
+               i.endswith(": triton.flash") for i in items), items
+    assert not any("checked but not in the sweep" in i and "triton.flash" in i for i in items)
