@@ -27,13 +27,14 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
     # one colour and marker per implementation for every chart of the page
     styles = figures.impl_styles(sweeps, conformance, *([base] if base is not None else []))
     fits = fit_exponent(ok)  # the exponents table and the ranges it states
+    impls = tables.implementations(docs, styles)
     ctx: Dict[str, Any] = {
         "generated": datetime.datetime.now().isoformat(sep=" ", timespec="seconds"),
         "n_files": len(docs), "n_points": len(ok), "n_not_measured": len(sweeps) - len(ok),
         "n_cases": len(conformance),
         "machines": sorted(set(sweeps["machine"].dropna()) | set(conformance["machine"].dropna())),
         "environment": tables.environment(docs),
-        "implementations": tables.implementations(docs, styles),
+        "implementations": impls,
         "matrix": tables.conformance_matrix(conformance, styles),
         "figs": {"length": figures.time_vs_length(ok, styles),
                  "heads": figures.time_vs_heads(ok, styles),
@@ -49,6 +50,10 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
         "not_measured": tables.to_html(tables.not_measured(sweeps)),
         "never_measured": tables.never_measured(sweeps),
         "baseline": None,
+        "outcome_words": tables.OUTCOMES,
+        "headline": {"verdicts": tables.headline_verdicts(conformance, impls, styles),
+                     "fastest": tables.headline_fastest(figures.length_subset(ok)),
+                     "unmeasured": tables.headline_unmeasured(sweeps, conformance, impls)},
     }
     if base is not None:
         cmp = tables.compare_baseline(ok, base)

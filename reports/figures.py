@@ -1,15 +1,17 @@
 """Charts: seaborn on matplotlib's Agg backend, returned as inline PNG ``data:`` URIs.
 
-Every function takes the measured points (status "ok") in long form and returns a
-list of images, one per device, so a page with CPU and CUDA results shows both.
+Every function takes the measured points (status "ok") in long form and returns a list
+of ``Chart``s, one per device and setting (head count, dtype...), so a page with CPU and
+CUDA results shows both. Each chart is small multiples: a panel per family group on one
+shared scale, every line named at its end, so 25 implementations read without a legend.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import itertools
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import matplotlib
@@ -19,16 +21,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from reports.styles import Style, assign, families, ordered  # noqa: E402
+from reports.styles import Style, assign, families, ordered, panel_order  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook", font_scale=0.8)
-WIDTH_IN = 10.8  # at DPI this fits the page's 1100 px column with the legend
+WIDTH_IN = 10.8  # at DPI this fits the page's 1100 px column, so labels keep their size
 DPI = 100
-PANEL_KEYS = ["dtype", "B", "D", "H"]  # shown in a panel title when they vary
+PANEL_KEYS = ["dtype", "B", "D", "H"]  # a chart per setting when they vary
 DASHES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]  # per machine, mask...
-LEGEND_COLUMNS = 7  # family columns under a chart; more families share columns
+WRAP = 2  # panels per row when no column dimension varies
+LABEL_PT = 7.5  # line labels: 10 px at DPI, read at 1280 px
+# Layout in inches: the y-axis margin, the label column right of each panel (fits
+# "keras.mha[torch]+weights" at LABEL_PT), the gap before the next panel's ticks, rows.
+LEFT_IN, LABEL_IN, WGAP_IN, PANEL_IN, HGAP_IN, TOP_IN, BOTTOM_IN = (
+    0.75, 1.55, 0.35, 2.1, 0.5, 0.65, 0.55)
 
 
 def impl_styles(*frames: pd.DataFrame) -> Dict[str, Style]:
@@ -39,9 +47,11 @@ def impl_styles(*frames: pd.DataFrame) -> Dict[str, Style]:
     return assign(families(pairs))
 
 
-def to_data_uri(fig: plt.Figure) -> str:
+def to_data_uri(fig: plt.Figure, tight: bool = True) -> str:
+    """The figure as a PNG ``data:`` URI (closes it); ``tight`` crops to what was drawn, at
+    the cost of drawing the figure twice."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
@@ -71,8 +81,9 @@ def _guide(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, power: float, label: st
     grid = np.sort(np.unique(xs)).astype(float)
     x0, y0 = np.exp(np.log(xs).mean()), np.exp(np.log(ys).mean())
     ax.plot(grid, y0 * (grid / x0) ** power, style, color="0.25", lw=1, alpha=0.6, zorder=0)
-    ax.annotate(label, (grid[-1], y0 * (grid[-1] / x0) ** power), fontsize=8, color="0.25",
-                xytext=(2, 0), textcoords="offset points", va="center")
+    # at the left end: the right margin is the line labels'
+    ax.annotate(label, (grid[0], y0 * (grid[0] / x0) ** power), fontsize=8, color="0.25",
+                xytext=(3, 3), textcoords="offset points", va="bottom")
 
 
 def _natural(value: Any) -> List[Any]:
@@ -86,108 +97,179 @@ def _panels(d: pd.DataFrame, key: Optional[str]) -> List[Any]:
     return sorted(d[key].unique(), key=_natural) if key else [None]
 
 
-def _lines(d: pd.DataFrame, x: str, y: str, row: Optional[str], col: Optional[str],
-           dash: Optional[str], ylabel: str, xlabel: str, styles: Dict[str, Style],
-           logy: bool = True, guides: Optional[Dict[float, str]] = None,
-           col_template: str = "{col_name}") -> plt.Figure:
-    """One line per (implementation, ``dash`` value) over log2 x, one panel per (row, col).
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the page: the PNG ``data:`` URI, a title, and the implementation names
+    drawn as labels in it (read from the text it drew, in panel order), for the page's
+    ``alt`` text and ``data-labels`` attribute."""
 
-    Colour is the implementation's family, the marker the implementation within it (both
-    from ``styles``, the report's one assignment), the dash pattern the ``dash`` column's
-    value (machine, mask, gradients); guides as {power: label}.
+    uri: str
+    title: str
+    labels: List[str]
+
+    @property
+    def alt(self) -> str:
+        return f"{self.title}; lines labelled: {', '.join(self.labels) or 'none'}"
+
+
+LABEL_GID = "label:"  # gid prefix of a line's end label: "label:torch.sdpa"
+TITLE_GID = "panel-title"  # a panel's title: its family group (and column value)
+
+
+def drawn_labels(fig: plt.Figure) -> List[List[str]]:
+    """Per axes of ``fig``, the implementation names its end labels show."""
+    return [[t.get_text() for t in ax.texts if str(t.get_gid() or "").startswith(LABEL_GID)]
+            for ax in fig.axes]
+
+
+def to_chart(fig: plt.Figure, title: str) -> Chart:
+    """The figure as a Chart (closes it): names read from its labels, first seen first."""
+    names = list(dict.fromkeys(n for panel in drawn_labels(fig) for n in panel))
+    return Chart(to_data_uri(fig, tight=False), title, names)  # _lines fixes the layout
+
+
+def spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarray:
+    """Positions closest to ``wanted`` (least squares) at least ``gap`` apart, in the input's
+    order when sorted, within [low, high] where they fit (else centred on it).
+
+    Isotonic regression of ``wanted - i·gap`` (pool adjacent violators) keeps the order and
+    the gaps; clipping the result to the range keeps both.
     """
-    rows, cols = _panels(d, row), _panels(d, col)
-    height = 2.5 if len(rows) > 1 else 3.0
-    fig, axes = plt.subplots(len(rows), len(cols), figsize=(WIDTH_IN, height * len(rows)),
-                             sharex=True, squeeze=False)
+    order = np.argsort(wanted, kind="stable")
+    n = len(wanted)
+    q = wanted[order] - gap * np.arange(n)  # (n,) the constraint becomes q non-decreasing
+    blocks: List[List[float]] = []  # [sum, count] of pooled values
+    for v in q:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    fitted = np.concatenate([np.full(int(c), t / c) for t, c in blocks])  # (n,)
+    top = high - gap * (n - 1)
+    fitted = np.clip(fitted, low, top) if top >= low else np.full(n, (low + top) / 2)
+    out = np.empty(n)
+    out[order] = fitted + gap * np.arange(n)
+    return out
+
+
+def _label_ends(ax: plt.Axes, ends: Dict[str, Tuple[float, float]], styles: Dict[str, Style],
+                logy: bool) -> None:
+    """Each implementation's name in the right margin, level with its line's last point (a
+    leader line joins them), pushed apart just enough that no two names overlap."""
+    if not ends:
+        return
+    names = sorted(ends)
+    to_axes = ax.transAxes.inverted()
+    ymin, ymax = ax.get_ylim()
+    wanted = []
+    for n in names:
+        x, y = ends[n]
+        y = min(max(y, ymin), ymax)  # a point off the (shared) scale: its label at the edge
+        wanted.append(to_axes.transform(ax.transData.transform((x, y)))[1])
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    gap = LABEL_PT * 1.25 / height_pt  # one line of text, in axes fractions
+    ys = spread(np.asarray(wanted, float), gap, -0.02, 1.02)
+    for n, y in zip(names, ys):
+        ax.annotate(n, xy=ends[n], xycoords="data", xytext=(1.02, y), textcoords="axes fraction",
+                    fontsize=LABEL_PT, color=styles[n].colour, va="center", ha="left",
+                    annotation_clip=False, gid=LABEL_GID + n,
+                    arrowprops=dict(arrowstyle="-", color=styles[n].colour, lw=0.5,
+                                    alpha=0.6, shrinkA=0, shrinkB=2))
+
+
+def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[str],
+           ylabel: str, xlabel: str, styles: Dict[str, Style], logy: bool = True,
+           guides: Optional[Dict[float, str]] = None, col_template: str = "{col_name}",
+           sharey: Any = True) -> plt.Figure:
+    """Small multiples: one line per (implementation, ``dash`` value) over log2 x, a row
+    of panels per family group (``Style.panel``) and a column per ``col`` value (without
+    one, the groups wrap over ``WRAP`` columns), all on one scale.
+
+    Each line is labelled with its implementation's name at its end; the other groups'
+    lines are drawn in light grey behind, to compare against on the shared scale. Colour
+    and marker come from ``styles`` (the report's one assignment), the dash pattern from
+    the ``dash`` column's value (machine, mask, gradients); guides as {power: label}.
+    """
+    d = d.assign(_group=[styles[i].panel for i in d["impl"]])
+    groups, cols = panel_order(d["_group"]), _panels(d, col)
+    if col:
+        cells = [(g, c) for g in groups for c in cols]
+        ncols = len(cols)
+    else:
+        cells = [(g, None) for g in groups]
+        ncols = min(WRAP, len(cells))
+    nrows = -(-len(cells) // ncols)
+    # tall enough that every panel's names fit one above the other
+    most = max(d[d["_group"] == g]["impl"].nunique() for g in groups)
+    panel_h = max(PANEL_IN, most * LABEL_PT * 1.25 / 72 + 0.3)
+    fig_h = TOP_IN + BOTTOM_IN + nrows * panel_h + (nrows - 1) * HGAP_IN
+    axes_w = (WIDTH_IN - LEFT_IN - LABEL_IN - (ncols - 1) * (LABEL_IN + WGAP_IN)) / ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH_IN, fig_h), sharex=True,
+                             sharey=sharey, squeeze=False)
+    fig.subplots_adjust(left=LEFT_IN / WIDTH_IN, right=1 - LABEL_IN / WIDTH_IN,
+                        bottom=BOTTOM_IN / fig_h, top=1 - TOP_IN / fig_h,
+                        wspace=(LABEL_IN + WGAP_IN) / axes_w, hspace=HGAP_IN / panel_h)
     dashes = {v: DASHES[i % len(DASHES)] for i, v in enumerate(_panels(d, dash))}
-    for (i, r), (j, c) in itertools.product(enumerate(rows), enumerate(cols)):
-        ax = axes[i][j]
-        sub = d
-        if row:
-            sub = sub[sub[row] == r]
-        if col:
-            sub = sub[sub[col] == c]
-        sub = sub[np.isfinite(sub[y]) & (sub[y] > 0 if logy else True)]
-        for (impl, dv), g in sub.groupby(["impl", dash] if dash else ["impl", "impl"],
-                                         sort=False):
+    d = d[np.isfinite(d[y]) & (d[y] > 0 if logy else True)]
+    # every line once: (column value, implementation, dash value) -> its x and mean y
+    keys = [col or "_group", "impl", dash or "impl"]
+    means = d.groupby([*keys, x], sort=True)[y].mean()
+    lines: Dict[Tuple[Any, str, Any], Tuple[np.ndarray, np.ndarray]] = {
+        k: (g.index.get_level_values(x).to_numpy(float), g.to_numpy(float))
+        for k, g in means.groupby(level=[0, 1, 2], sort=True)}
+    placed: List[Tuple[plt.Axes, Dict[str, Tuple[float, float]]]] = []
+    for k, ax in enumerate(axes.flat):
+        if k >= len(cells):
+            ax.set_visible(False)
+            continue
+        group, c = cells[k]
+        here = {key: v for key, v in lines.items() if c is None or key[0] == c}
+        mine = {key: v for key, v in here.items() if styles[key[1]].panel == group}
+        context = [np.column_stack(v) for key, v in here.items() if key not in mine]
+        # the other groups' lines, in grey behind: one artist for all of them
+        ax.add_collection(LineCollection(context, colors="0.86", linewidths=0.8, zorder=0))
+        ends: Dict[str, Tuple[float, float]] = {}
+        for (_, impl, dv), (xs, vals) in mine.items():
             st = styles[impl]
-            line = g.groupby(x)[y].mean().sort_index()  # (n,) one value per x
-            ax.plot(line.index.to_numpy(float), line.to_numpy(float), color=st.colour,
-                    marker=st.marker, markersize=5, lw=1.2,
+            ax.plot(xs, vals, color=st.colour, marker=st.marker, markersize=4, lw=1.2,
                     markerfacecolor=st.colour if st.filled else "white",
-                    linestyle=dashes[dv] if dash else "-", gid=impl)
+                    linestyle=dashes[dv] if dash else "-", gid=impl, zorder=2)
+            if impl not in ends or vals[-1] > ends[impl][1]:  # the highest of its dashes
+                ends[impl] = (xs[-1], vals[-1])
+        sub = d if c is None else d[d[col] == c]
+        mine_points = sub[sub["_group"] == group]
         ax.set_xscale("log", base=2)
         if logy:
             ax.set_yscale("log")
         for power, label in (guides or {}).items():
-            _guide(ax, sub[x].to_numpy(float), sub[y].to_numpy(float), power, label,
-                   "--" if power >= 2 else ":")
-        title = [col_template.format(col_name=c)] if col else []
-        title += [str(r)] if row else []
-        ax.set_title(" · ".join(title), fontsize=9)
-        ax.set_xlabel(xlabel if i == len(rows) - 1 else "")
-        ax.set_ylabel(ylabel if j == 0 else "")
-    fig.tight_layout(h_pad=1.0, w_pad=1.0)
-    _legends(fig, [i for i in ordered(styles) if i in set(d["impl"])], styles,
-             {str(v): dashes[v] for v in _panels(d, dash)} if dash else {}, dash)
+            _guide(ax, mine_points[x].to_numpy(float), mine_points[y].to_numpy(float), power,
+                   label, "--" if power >= 2 else ":")
+        title = group + ("" if c is None else " · " + col_template.format(col_name=c))
+        # text, not set_title: a title is placed above the tick labels at every draw (slow)
+        ax.text(0.0, 1.03, title, transform=ax.transAxes, fontsize=9, ha="left",
+                va="bottom", gid=TITLE_GID)
+        ax.set_xlabel(xlabel if k + ncols >= len(cells) else "")
+        ax.set_ylabel(ylabel if k % ncols == 0 else "")
+        ax.tick_params(labelbottom=True)
+        placed.append((ax, ends))
+    if not logy:
+        for ax, _ in placed:
+            ax.set_ylim(bottom=0)
+    for ax, ends in placed:  # after every panel is drawn: the shared limits are final
+        _label_ends(ax, ends, styles, logy)
+    if dash:
+        handles = [Line2D([], [], color="0.3", lw=1.2, linestyle=ls) for ls in dashes.values()]
+        fig.legend(handles, [str(v) for v in dashes], loc="upper right",
+                   bbox_to_anchor=(1.0, 1 - 0.05 / fig_h), ncol=len(dashes),
+                   frameon=False, fontsize=8, title=dash, title_fontsize=8,
+                   handlelength=2.6, borderaxespad=0.0)
     return fig
 
 
-def _legends(fig: plt.Figure, impls: List[str], styles: Dict[str, Style],
-             dashes: Dict[str, Any], dash_name: Optional[str]) -> None:
-    """One legend under the panels: a column per family, its name (bold) on top and its
-    implementations below, then a column for the dash patterns (the varying dimension's
-    name in italics on top) when one varies."""
-    groups: Dict[str, List[str]] = {}
-    for impl in impls:
-        groups.setdefault(styles[impl].family, []).append(impl)
-    blank = Line2D([], [], linestyle="none")
-    columns = []
-    for fam, members in groups.items():
-        handles = [(blank, fam)] + [
-            (Line2D([], [], color=styles[m].colour, marker=styles[m].marker, markersize=5,
-                    markerfacecolor=styles[m].colour if styles[m].filled else "white", lw=1.2),
-             m) for m in members]
-        columns.append(handles)
-    dash_header = Line2D([], [], linestyle="none")
-    if dashes:
-        columns.append([(dash_header, dash_name)] + [
-            (Line2D([], [], color="0.3", lw=1.2, linestyle=ls), str(v))
-            for v, ls in dashes.items()])
-    packed = _pack(columns)
-    depth = max(len(c) for c in packed)
-    entries = [e for c in packed for e in c + [(None, "")] * (depth - len(c))]
-    entries = [(blank if h is None else h, t) for h, t in entries]
-    ncol = len(packed)
-    leg = fig.legend([h for h, _ in entries], [t for _, t in entries], loc="upper left",
-                     bbox_to_anchor=(0.0, 0.0), ncol=ncol, frameon=False, fontsize=8,
-                     handlelength=2.6, columnspacing=1.2, borderaxespad=0.0)
-    for (handle, label), text in zip(entries, leg.get_texts()):
-        if handle is blank and label:  # a family's name heads its members
-            text.set_fontweight("bold")
-        elif handle is dash_header:
-            text.set_fontstyle("italic")
-
-
-def _pack(groups: List[List[Any]]) -> List[List[Any]]:
-    """Groups of legend entries, in order, into at most ``LEGEND_COLUMNS`` columns of one
-    depth, a group never split between columns unless it is deeper than the column."""
-    depth = max(max(len(g) for g in groups),
-                -(-sum(len(g) for g in groups) // LEGEND_COLUMNS))
-    while True:
-        columns: List[List[Any]] = [[]]
-        for g in groups:
-            if columns[-1] and len(columns[-1]) + len(g) > depth:
-                columns.append([])
-            columns[-1].extend(g)
-        if len(columns) <= LEGEND_COLUMNS:
-            return columns
-        depth += 1
-
-
 def _title(fig: plt.Figure, text: str) -> None:
-    fig.suptitle(text, y=1.0, x=0.01, ha="left", va="bottom", fontsize=11)
+    """The chart's title in its top margin (the layout is fixed: no tight bounding box)."""
+    fig.text(0.01, 1 - 0.08 / fig.get_figheight(), text, ha="left", va="top", fontsize=11)
 
 
 def length_subset(ok: pd.DataFrame) -> pd.DataFrame:
@@ -204,90 +286,101 @@ def heads_subset(ok: pd.DataFrame) -> pd.DataFrame:
     return ok[n >= 3]
 
 
+def _settings(d: pd.DataFrame, keys: List[str], always: List[str]) -> List[Tuple[str, pd.DataFrame]]:
+    """(label, points) per setting: the ``keys`` that vary (or are in ``always``) fixed."""
+    label = panel_label(d, keys, always)
+    return [(str(v), d[label == v]) for v in sorted(label.unique(), key=_natural)]
+
+
 def time_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-                   ) -> List[str]:
-    """Log-log median time vs length with an n^2 guide: rows = head count, columns = mask."""
+                   ) -> List[Chart]:
+    """Log-log median time vs length with an n^2 guide: a column per mask."""
     styles = styles or impl_styles(ok)
     out = []
-    for device, d in length_subset(ok).groupby("device"):
-        d = d.assign(time_ms=d["median_s"] * 1e3, panel=panel_label(d, PANEL_KEYS, ["H"]))
-        d, style = with_style(d, ["machine", "grad"])
-        fig = _lines(d, "L", "time_ms", "panel", "mask", style, "median time per call (ms)",
-                     "sequence length L (= S)", styles,
-                     guides={2.0: "n²"}, col_template="mask: {col_name}")
-        _title(fig, f"Time vs sequence length on {device} (log-log; dashed: n²)")
-        out.append(to_data_uri(fig))
+    for device, dev in length_subset(ok).groupby("device"):
+        for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
+            d, style = with_style(d.assign(time_ms=d["median_s"] * 1e3), ["machine", "grad"])
+            fig = _lines(d, "L", "time_ms", "mask", style, "median time per call (ms)",
+                         "sequence length L (= S)", styles, guides={2.0: "n²"},
+                         col_template="mask: {col_name}")
+            title = f"Time vs sequence length on {device}, {setting} (log-log; dashed: n²)"
+            _title(fig, title)
+            out.append(to_chart(fig, title))
     return out
 
 
 def time_vs_heads(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-                  ) -> List[str]:
+                  ) -> List[Chart]:
     """Log-log median time vs head count at a fixed length, with a linear guide."""
     styles = styles or impl_styles(ok)
     out = []
-    for device, d in heads_subset(ok).groupby("device"):
-        d = d.assign(time_ms=d["median_s"] * 1e3,
-                     panel=panel_label(d, ["dtype", "B", "D", "L"], ["L"]))
-        d, style = with_style(d, ["machine", "grad"])
-        fig = _lines(d, "H", "time_ms", "panel", "mask", style, "median time per call (ms)",
-                     "head count H (E = H·D)", styles,
-                     guides={1.0: "∝ H"}, col_template="mask: {col_name}")
-        _title(fig, f"Time vs head count on {device} (log-log; dotted: linear in H)")
-        out.append(to_data_uri(fig))
+    for device, dev in heads_subset(ok).groupby("device"):
+        for setting, d in _settings(dev, ["dtype", "B", "D", "L"], ["L"]):
+            d, style = with_style(d.assign(time_ms=d["median_s"] * 1e3), ["machine", "grad"])
+            fig = _lines(d, "H", "time_ms", "mask", style, "median time per call (ms)",
+                         "head count H (E = H·D)", styles, guides={1.0: "∝ H"},
+                         col_template="mask: {col_name}")
+            title = f"Time vs head count on {device}, {setting} (log-log; dotted: linear in H)"
+            _title(fig, title)
+            out.append(to_chart(fig, title))
     return out
 
 
 def throughput(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-               ) -> List[str]:
-    """GFLOP/s and share of the measured matmul peak vs length."""
+               ) -> List[Chart]:
+    """GFLOP/s and share of the measured matmul peak vs length: a column each."""
     styles = styles or impl_styles(ok)
     out = []
-    for device, d in length_subset(ok).groupby("device"):
-        d, style = with_style(d.assign(panel=panel_label(d, PANEL_KEYS, ["H"])),
-                              ["machine", "mask", "grad"])
-        long = pd.concat([
-            d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
-            d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
-        long = long[np.isfinite(long["value"])]
-        fig = _lines(long, "L", "value", "panel", "metric", style, "", "sequence length L",
-                     styles, logy=False)
-        for ax in fig.axes:
-            ax.set_ylim(bottom=0)
-        _title(fig, f"Throughput on {device}: FLOP/s and share of the matmul peak")
-        out.append(to_data_uri(fig))
+    for device, dev in length_subset(ok).groupby("device"):
+        for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
+            d, style = with_style(d, ["machine", "mask", "grad"])
+            long = pd.concat([
+                d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
+                d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
+            long = long[np.isfinite(long["value"])]
+            if long.empty:
+                continue
+            fig = _lines(long, "L", "value", "metric", style, "", "sequence length L",
+                         styles, logy=False, sharey="col")
+            title = f"Throughput on {device}, {setting}: FLOP/s and share of the matmul peak"
+            _title(fig, title)
+            out.append(to_chart(fig, title))
     return out
 
 
 def memory_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-                     ) -> List[str]:
+                     ) -> List[Chart]:
     """Log-log peak memory vs length, with linear and quadratic guides."""
     styles = styles or impl_styles(ok)
     out = []
     measured = ok[(ok["peak_bytes"] > 0) & ok["peak_method"].ne("not measured")]
-    for device, d in length_subset(measured).groupby("device"):
-        d = d.assign(peak_mib=d["peak_bytes"] / 2**20, panel=panel_label(d, PANEL_KEYS, ["H"]))
-        d, style = with_style(d, ["machine", "mask", "grad"])
-        fig = _lines(d, "L", "peak_mib", "panel" if d["panel"].nunique() > 1 else None, None,
-                     style, "peak memory (MiB)", "sequence length L", styles,
-                     guides={1.0: "n", 2.0: "n²"})
-        _title(fig, f"Peak memory vs sequence length on {device} (log-log; dotted: n, dashed: n²)")
-        out.append(to_data_uri(fig))
+    for device, dev in length_subset(measured).groupby("device"):
+        for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
+            d, style = with_style(d.assign(peak_mib=d["peak_bytes"] / 2**20),
+                                  ["machine", "mask", "grad"])
+            fig = _lines(d, "L", "peak_mib", None, style, "peak memory (MiB)",
+                         "sequence length L", styles, guides={1.0: "n", 2.0: "n²"})
+            title = (f"Peak memory vs sequence length on {device}, {setting} "
+                     "(log-log; dotted: n, dashed: n²)")
+            _title(fig, title)
+            out.append(to_chart(fig, title))
     return out
 
 
 def baseline_ratios(cmp: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-                    ) -> List[str]:
+                    ) -> List[Chart]:
     """Current / baseline median per point, by implementation (grouped by family), coloured
     by verdict."""
     if cmp.empty:
         return []
     styles = styles or impl_styles(cmp)
     present = set(cmp["impl"])
+    names = [i for i in ordered(styles) if i in present]  # one column each, named on the axis
     palette = {"regression": "#c0392b", "improvement": "#1e8449", "within noise": "#95a5a6"}
     n = cmp["impl"].nunique()
     fig, ax = plt.subplots(figsize=(min(WIDTH_IN, 2.2 + 1.1 * n), 3.2))
     sns.stripplot(data=cmp, x="impl", y="ratio", hue="verdict", palette=palette, ax=ax,
-                  order=[i for i in ordered(styles) if i in present], jitter=0.25, size=5,
+                  order=names, jitter=0.25, size=5,
                   hue_order=[v for v in palette if v in set(cmp["verdict"])])
     ax.set_yscale("log")
     ax.axhline(1.0, color="0.3", lw=1)
@@ -297,4 +390,5 @@ def baseline_ratios(cmp: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     if n > 8:
         plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return [to_data_uri(fig)]
+    title = "current / baseline median time per point"
+    return [Chart(to_data_uri(fig), title, [t.get_text() for t in ax.get_xticklabels()])]

@@ -1,4 +1,4 @@
-"""One look per implementation for the whole report: colour by family, marker within it.
+"""One look per implementation for the whole report: a marker per family, a colour within it.
 
 The family is what a reader groups implementations by: the library the name starts
 with (``hf.bert.sdpa`` -> ``hf``, ``keras.mha[jax]`` -> ``keras``: the registry's names
@@ -10,7 +10,11 @@ apply, so Keras on the torch backend and every Hugging Face module record "torch
 Styles are assigned once per report from every implementation in it, in a fixed order
 (the suite's own families first, then the others by name; implementations by name), so
 an implementation keeps its colour and marker in every chart, whichever subset of
-implementations a chart shows. Pandas-free and matplotlib-free.
+implementations a chart shows. Charts draw one panel per family group (``panel_group``),
+so the colours only need to differ within a family: each member takes the next colour of
+the palette, and every line is labelled with its name at its end. A family keeps one
+colour of its own (``family_colour``) for the tables that group by family.
+Pandas-free and matplotlib-free.
 """
 
 from __future__ import annotations
@@ -24,9 +28,16 @@ KNOWN_FAMILIES = ["numpy", "torch", "jax", "keras", "flax", "hf"]
 # Colour-blind-safe, distinct in print (Okabe-Ito first, then the tab10 remainder).
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
            "#8c564b", "#7f7f7f", "#bcbd22", "#17becf", "#9467bd"]
-# Markers told apart at 4-5 pt; a family with more members than markers repeats them
-# with hollow faces.
+# One marker per family, told apart at 4-5 pt; past the palette a family's members repeat
+# the colours with hollow markers.
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "*", "h"]
+
+
+# Families drawn in one chart panel together (small ones, or kernels of one kind); any
+# family not named here and not in KNOWN_FAMILIES shares the "other" panel.
+PANEL_GROUPS = {"numpy": "numpy", "torch": "torch", "jax": "jax", "keras": "keras · flax",
+                "flax": "keras · flax", "hf": "hf", "pallas": "kernels", "triton": "kernels"}
+PANEL_ORDER = ["numpy", "torch", "jax", "keras · flax", "hf", "kernels", "other"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,12 @@ class Style:
     colour: str
     marker: str
     filled: bool
+    family_colour: str = COLOURS[0]
+
+    @property
+    def panel(self) -> str:
+        """The chart panel the implementation is drawn in (its family's group)."""
+        return panel_group(self.family)
 
     @property
     def key(self) -> Tuple[str, str, bool]:
@@ -50,6 +67,17 @@ def family_of(impl: str, framework: Optional[str] = None) -> str:
     if framework and str(framework) not in ("nan", "None"):
         return str(framework)
     return re.split(r"[\[+]", name, maxsplit=1)[0] or name
+
+
+def panel_group(family: str) -> str:
+    """The chart panel of a family: ``PANEL_GROUPS``, else "other"."""
+    return PANEL_GROUPS.get(family, "other")
+
+
+def panel_order(groups: Iterable[str]) -> List[str]:
+    """Panel groups in ``PANEL_ORDER``."""
+    present = set(groups)
+    return [g for g in PANEL_ORDER if g in present]
 
 
 def family_order(families: Iterable[str]) -> List[str]:
@@ -70,20 +98,19 @@ def families(pairs: Iterable[Tuple[str, Optional[str]]]) -> Dict[str, str]:
 
 
 def assign(impl_family: Dict[str, str]) -> Dict[str, Style]:
-    """impl -> Style: a colour per family (in family order), a marker per member by name."""
+    """impl -> Style: a marker (and table colour) per family in family order, a colour per
+    member by name; past the palette, members repeat the colours with hollow markers."""
     order = family_order(impl_family.values())
     out: Dict[str, Style] = {}
-    slots = 2 * len(MARKERS)  # filled, then hollow
-    used: Dict[str, List[int]] = {}  # colour -> marker slots taken
+    taken: Dict[str, int] = {}  # marker -> colour slots used (past 12 families, markers repeat)
     for f_index, fam in enumerate(order):
-        colour = COLOURS[f_index % len(COLOURS)]
-        taken = used.setdefault(colour, [])  # past the palette, families share a colour
+        marker = MARKERS[f_index % len(MARKERS)]
         for impl in sorted(i for i, f in impl_family.items() if f == fam):
-            free = [k for k in range(slots) if k not in taken]
-            k = free[0] if free else len(taken) % slots  # beyond 24 members: repeats
-            taken.append(k)
-            out[impl] = Style(fam, colour, MARKERS[k % len(MARKERS)],
-                              filled=k < len(MARKERS))
+            slot = taken.get(marker, 0)
+            taken[marker] = slot + 1
+            out[impl] = Style(fam, COLOURS[slot % len(COLOURS)], marker,
+                              filled=(slot // len(COLOURS)) % 2 == 0,
+                              family_colour=COLOURS[f_index % len(COLOURS)])
     return out
 
 

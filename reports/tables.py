@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -11,10 +13,28 @@ from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.records import Document, machine_ids, run_facts
 
-OUTCOME_ORDER = ["fail", "error", "flaky", "known_failure", "deviation", "unsupported",
-                 "pass"]  # worst first
-SHORT = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "flaky": "FLAKY",
-         "known_failure": "known failure", "deviation": "deviation", "unsupported": "unsupported"}
+
+@dataclass(frozen=True)
+class Outcome:
+    """A conformance outcome as the report words it: in a matrix cell and in the headline."""
+
+    name: str  # as results files record it
+    cell: str  # the matrix's short text
+    said: str  # the headline's phrase before the cases it names
+    summary: str  # the headline's count of implementations whose worst outcome it is
+
+
+# The report's one vocabulary of outcomes, worst first.
+OUTCOMES = (Outcome("fail", "FAIL", "fails", "fail"),
+            Outcome("error", "ERROR", "raises an error in", "raise errors"),
+            Outcome("flaky", "FLAKY", "flaky in", "flaky"),
+            Outcome("known_failure", "known failure", "known failures:", "with known failures"),
+            Outcome("deviation", "deviation", "deviates as declared", "deviate as declared"),
+            Outcome("unsupported", "unsupported", "unsupported", "not available or no case run"),
+            Outcome("pass", "pass", "conforms", "conform"))
+OUTCOME = {o.name: o for o in OUTCOMES}
+OUTCOME_ORDER = [o.name for o in OUTCOMES]
+SHORT = {o.name: o.cell for o in OUTCOMES}
 RANK_KEYS = ["machine", "device", "dtype", "B", "D", "mask", "H", "L"]
 COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "D", "mask",
                 "grad"]
@@ -93,6 +113,8 @@ def implementations(docs: List[Document], styles: Optional[Dict[str, Style]] = N
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
+                "policies": sorted(set(i.get("deviations") or {})
+                                   - set(i.get("stale_deviations") or [])),
                 "deviations": sorted(
                     (b, _declared(d) + (" (stale: no case needed it)"
                                         if b in (i.get("stale_deviations") or []) else ""))
@@ -120,6 +142,12 @@ def _declared(d: Any) -> str:
 
 
 # --- conformance ---------------------------------------------------------------------------
+def anchor(impl: str, machine: Optional[str] = None) -> str:
+    """The id of an implementation's conformance details (per machine when several)."""
+    name = f"{impl}-{machine}" if machine else str(impl)
+    return "impl-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+
+
 def _cell(r: pd.Series) -> Dict[str, str]:
     """One case result: the outcome, a short text (error vs bound) and the reason."""
     outcome = r["outcome"] if r["outcome"] in SHORT else "error"
@@ -163,6 +191,7 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
         closeness = g.loc[g["outcome"] == "pass", "ratio"].replace(np.inf, np.nan).dropna()
         counts = g["outcome"].value_counts()
         rows.append({"impl": f"{impl} ({machine})" if multi else impl, "cells": cells,
+                     "anchor": anchor(impl, machine if multi else None),
                      "name": impl, "machine": machine, "family": styles[impl].family,
                      "wheres": wheres, "cases": cases, "notes": notes,
                      "summary": ", ".join(f"{counts[o]} {o}" for o in OUTCOME_ORDER
@@ -171,7 +200,7 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
     order = family_order(r["family"] for r in rows)
     rows.sort(key=lambda r: (order.index(r["family"]), r["name"], r["machine"]))
     groups = [{"name": fam, "colour": styles[next(r["name"] for r in rows
-                                                  if r["family"] == fam)].colour,
+                                                  if r["family"] == fam)].family_colour,
                "rows": [r for r in rows if r["family"] == fam]} for fam in order]
     return {"families": families, "rows": rows, "groups": groups}
 
@@ -307,6 +336,149 @@ def never_measured(df: pd.DataFrame) -> List[str]:
     """Implementations in the sweeps with no measured point at all."""
     measured = set(df.loc[df["status"] == "ok", "impl"])
     return sorted(set(df["impl"].dropna()) - measured)
+
+
+# --- headline ------------------------------------------------------------------------------
+CASES_NAMED = 3  # cases a verdict names before "+N more"
+BANDS = ("short", "medium", "long")  # length bands of the headline, by the measured lengths
+
+
+def interpreted(device: Any) -> bool:
+    """A kernel run by its interpreter (device ``cpu-interpret``): checked, never timed."""
+    return str(device).endswith("-interpret")
+
+
+def _verdict(g: pd.DataFrame, policies: List[str]) -> Tuple[str, List[str]]:
+    """(worst outcome, phrases) for one implementation's results: what fails (the cases,
+    how many), its known failures, how it deviates (the declared policies), what was
+    unsupported, or that it conforms."""
+    counts = g["outcome"].where(g["outcome"].isin(OUTCOME_ORDER), "error").value_counts()
+    # unsupported cases are no finding: the worst of the others, unless nothing else ran
+    worst = next((o for o in OUTCOME_ORDER if counts.get(o) and o != "unsupported"),
+                 "unsupported")
+    phrases = []
+    for o in OUTCOMES:
+        n = int(counts.get(o.name, 0))
+        if not n or o.name == "pass":
+            continue
+        if o.name == "deviation":
+            phrases.append(f"{o.said} ({', '.join(policies) or 'no policy named'}) in {n} "
+                           f"case{'s' * (n != 1)}")
+        elif o.name == "unsupported":
+            phrases.append(f"{n} {o.said}")
+        else:
+            hit = g[g["outcome"] == o.name]
+            named = [f"{f}/{c} {d}" for f, c, d in
+                     hit[["family", "case", "dtype"]].drop_duplicates().itertuples(index=False)]
+            more = f" +{len(named) - CASES_NAMED} more" if len(named) > CASES_NAMED else ""
+            phrases.append(f"{o.said} {n} case{'s' * (n != 1)}: "
+                           f"{', '.join(named[:CASES_NAMED])}{more}")
+    if set(counts.index) <= {"pass", "unsupported"}:  # skips are no finding
+        phrases.insert(0, f"{OUTCOME['pass'].said} ({int(counts.get('pass', 0))} cases pass)")
+    return worst, phrases
+
+
+def headline_verdicts(conf: pd.DataFrame, impls: List[Dict[str, Any]],
+                      styles: Optional[Dict[str, Style]] = None) -> List[Dict[str, Any]]:
+    """One line per implementation (and machine) checked: its worst outcome and what it
+    means (``_verdict``), with the anchor of its conformance details; then one per
+    implementation named but not available here (its reason)."""
+    if conf.empty:
+        rows: List[Dict[str, Any]] = []
+    else:
+        styles = styles_or_own(styles, list(zip(conf["impl"], conf["framework"])))
+        policies = {i["name"]: i.get("policies") or [] for i in impls}
+        multi = conf["machine"].nunique() > 1
+        order = {n: k for k, n in enumerate(ordered(styles))}
+        rows = []
+        for (machine, impl), g in sorted(conf.groupby(["machine", "impl"]),
+                                         key=lambda kv: (order.get(kv[0][1], 0), kv[0])):
+            worst, phrases = _verdict(g, policies.get(impl, []))
+            rows.append({"impl": f"{impl} ({machine})" if multi else impl,
+                         "anchor": anchor(impl, machine if multi else None),
+                         "outcome": worst, "text": "; ".join(phrases)})
+    checked = set(conf["impl"]) if not conf.empty else set()
+    rows += [{"impl": i["name"], "anchor": "implementations", "outcome": "unsupported",
+              "text": f"not available here: {i.get('error') or 'unknown reason'}"}
+             for i in impls if not i["available"] and i["name"] not in checked]
+    return rows
+
+
+def _bands(lengths: List[int]) -> List[Tuple[str, List[int]]]:
+    """Sorted lengths in up to three bands (short, medium, long) of neighbouring lengths."""
+    lengths = sorted(set(lengths))
+    parts = [list(p) for p in np.array_split(np.array(lengths), min(len(BANDS), len(lengths)))]
+    names = BANDS if len(parts) == 3 else BANDS[::2][:len(parts)]
+    return [(n, [int(v) for v in p]) for n, p in zip(names, parts)]
+
+
+def headline_fastest(length_points: pd.DataFrame) -> List[Dict[str, Any]]:
+    """Per device and dtype (and machine, when several) and length band: the implementation
+    fastest at most of the band's points (among those that measured most of them; ties go
+    to the smaller geometric mean of time / fastest time), how many points it won, and its
+    median share of the measured matmul peak there."""
+    ok = length_points
+    if ok.empty:
+        return []
+    where_keys = [k for k in ("machine", "device", "dtype") if k == "device" or ok[k].nunique() > 1]
+    point_keys = [k for k in RANK_KEYS + ["grad", "K"] if k in ok.columns]
+    out = []
+    for where, w in ok.groupby(where_keys, sort=True):
+        where = where if isinstance(where, tuple) else (where,)
+        for band, lengths in _bands(w["L"].tolist()):
+            b = w[w["L"].isin(lengths)]
+            t = b.groupby([*point_keys, "impl"], dropna=False)["median_s"].median()
+            best = t.groupby(level=list(range(len(point_keys))), dropna=False).transform("min")
+            score = np.log(t / best).groupby(level="impl").agg(["mean", "size"])
+            score["wins"] = (t == best).groupby(level="impl").sum()
+            n_points = int(best.groupby(level=list(range(len(point_keys))),
+                                        dropna=False).size().shape[0])
+            # among those that measured the most points of the band: the most wins, then
+            # the closest to each point's best (geometric mean of the ratios)
+            pick = score[score["size"] == score["size"].max()].sort_values(
+                ["wins", "mean"], ascending=[False, True], kind="stable").index[0]
+            wins = int(score.loc[pick, "wins"])
+            share = b.loc[b["impl"] == pick, "peak_share"].median()
+            out.append({"where": " ".join(str(v) for v in where),
+                        "band": band, "lengths": f"L {lengths[0]}–{lengths[-1]}"
+                        if len(lengths) > 1 else f"L {lengths[0]}",
+                        "impl": pick, "wins": wins, "points": n_points,
+                        "share": f"{share:.0%}" if np.isfinite(share) else None})
+    return out
+
+
+def headline_unmeasured(sweeps: pd.DataFrame, conf: pd.DataFrame,
+                        impls: List[Dict[str, Any]]) -> List[Dict[str, str]]:
+    """What the run did not measure, each with the section that says more: implementations
+    with no measured point, points not measured (by status), implementations checked but
+    absent from the sweeps, interpreted kernels (checked, never timed) and implementations
+    swept but never checked."""
+    out = []
+    swept = set(sweeps["impl"].dropna())
+    never = never_measured(sweeps)
+    if never:
+        out.append({"anchor": "not-measured",
+                    "text": f"no measured point: {', '.join(never)}"})
+    bad = sweeps[sweeps["status"] != "ok"]
+    if len(bad):
+        by = bad["status"].value_counts()
+        out.append({"anchor": "not-measured", "text": f"{len(bad)} sweep point"
+                    f"{'s' * (len(bad) != 1)} not measured ("
+                    + ", ".join(f"{n} {s}" for s, n in by.items()) + ")"})
+    checked = set(conf["impl"].dropna()) if not conf.empty else set()
+    interp = sorted(set(conf.loc[conf["device"].map(interpreted), "impl"])) if len(conf) else []
+    if interp:
+        out.append({"anchor": "conformance", "text": "interpreted kernels, checked but never "
+                    f"timed (interpreted times say nothing of the kernel): {', '.join(interp)}"})
+    absent = sorted(checked - swept - set(interp))
+    if absent and len(sweeps):
+        out.append({"anchor": "scaling", "text": f"checked but not in the sweep: "
+                    f"{', '.join(absent)}"})
+    unchecked = sorted(swept - checked)
+    if unchecked and len(conf):
+        out.append({"anchor": "conformance", "text": f"timed but not checked: "
+                    f"{', '.join(unchecked)}"})
+    return out
 
 
 # --- HTML ----------------------------------------------------------------------------------

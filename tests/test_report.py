@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 
 import matplotlib.colors as mcolors
+import numpy as np
 import pytest
 from bs4 import BeautifulSoup
+from matplotlib.text import Text
 
 from reports import figures
 from reports.build import build_report
@@ -113,9 +115,10 @@ def full(tmp_path_factory) -> BeautifulSoup:
 def test_every_section_with_its_charts(full):
     for section in SECTIONS + ["baseline"]:
         assert full.find("section", id=section) is not None, section
-    assert _images(full, "scaling") == 2  # cpu and cuda
-    assert _images(full, "throughput") == 2
-    assert _images(full, "memory") == 2
+    # a chart per device and head count: cpu at H=8 (vm, laptop) and H=16 (gpu-box), cuda
+    assert _images(full, "scaling") == 3
+    assert _images(full, "throughput") == 3
+    assert _images(full, "memory") == 3
     assert _images(full, "heads") == 1  # only the vm swept head counts
     assert _images(full, "baseline") == 1
     _assert_self_contained(full)
@@ -266,67 +269,89 @@ def test_looks_stay_distinct_past_the_palette_and_the_markers():
     assert assign(dict(reversed(list(impls.items())))) == styles  # order of discovery
 
 
-def test_legend_columns_keep_a_family_together():
-    groups = [["a"] * n for n in (3, 7, 3, 4, 3, 7, 2, 3)]
-    groups = [[f"{k}{i}" for i in range(len(g))] for k, g in zip("abcdefgh", groups)]
-    columns = figures._pack(groups)
-    assert len(columns) <= figures.LEGEND_COLUMNS
-    assert [e for c in columns for e in c] == [e for g in groups for e in g]
-    for g in groups:
-        assert any(c[i:i + len(g)] == g for c in columns for i in range(len(c))), g[0]
+def test_line_labels_spread_apart_in_order_and_stay_close():
+    wanted = np.array([0.50, 0.51, 0.52, 0.9, 0.1, 0.505, 1.3])
+    got = figures.spread(wanted, 0.05, 0.0, 1.0)
+    order = np.argsort(wanted, kind="stable")
+    assert np.all(np.diff(got[order]) >= 0.05 - 1e-12)  # no two closer than a line
+    assert got.min() >= 0.0 and got.max() <= 1.0
+    assert abs(got[4] - 0.1) < 1e-12  # a label with room stays level with its line
+    # least squares: the crowded four centre on where they want to be
+    assert abs(got[[0, 1, 2, 5]].mean() - wanted[[0, 1, 2, 5]].mean()) < 1e-9
+    many = figures.spread(np.full(30, 0.5), 0.05, 0.0, 1.0)  # more than fit: centred
+    assert np.allclose(np.sort(many), 0.5 + 0.05 * (np.arange(30) - 14.5))
 
 
-def test_twenty_implementations_look_distinct_and_families_share_a_colour(twenty):
+def test_twenty_implementations_look_distinct_and_families_share_a_marker(twenty):
     sweeps, conformance = load([twenty])
     styles = figures.impl_styles(sweeps, conformance)
     assert set(styles) == {n for n, _ in TWENTY}
     assert {i: s.family for i, s in styles.items()} == FAMILY
     keys = [s.key for s in styles.values()]
     assert len(set(keys)) == len(keys), "two implementations drawn alike"
-    colour = {}
+    marker, colours = {}, {}
     for s in styles.values():
-        assert colour.setdefault(s.family, s.colour) == s.colour, s.family
-    assert len(set(colour.values())) == len(colour), "two families share a colour"
+        assert marker.setdefault(s.family, s.marker) == s.marker, s.family
+        colours.setdefault(s.family, []).append(s.colour)
+    assert len(set(marker.values())) == len(marker), "two families share a marker"
+    for fam, cs in colours.items():  # a panel's lines differ in colour
+        assert len(set(cs)) == len(cs), fam
     # the assignment does not depend on row order or on which file names an implementation
     shuffled = sweeps.sample(frac=1.0, random_state=3)
     assert figures.impl_styles(conformance, shuffled) == styles
 
 
-def test_every_chart_draws_an_implementation_alike(twenty, monkeypatch):
+def _label_boxes(fig):
+    """Per axes: {implementation: its end label's box in pixels}."""
+    fig.canvas.draw()
+    out = []
+    for ax in fig.axes:
+        texts = [t for t in ax.texts if str(t.get_gid() or "").startswith(figures.LABEL_GID)]
+        # the text's own box (an annotation's box spans its leader line too)
+        out.append({t.get_text(): Text.get_window_extent(t) for t in texts})
+    return out
+
+
+def test_every_chart_draws_and_labels_an_implementation_alike(twenty, monkeypatch):
     sweeps, conformance = load([twenty])
     styles = figures.impl_styles(sweeps, conformance)
     ok = sweeps[sweeps["status"] == "ok"]
     drawn = []
-    monkeypatch.setattr(figures, "to_data_uri", lambda fig: drawn.append(fig) or "")
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig, tight=True: drawn.append(fig) or "")
     few = ok[ok["impl"].isin(["hf.llama.sdpa", "jax.nn", "mymha"])]  # a chart with three
-    figures.time_vs_length(few, styles)
-    figures.time_vs_length(ok, styles)
-    figures.throughput(ok, styles)
-    figures.memory_vs_length(ok, styles)
-    assert len(drawn) == 4
-    for fig in drawn:
+    charts = [*figures.time_vs_length(few, styles), *figures.time_vs_length(ok, styles),
+              *figures.time_vs_heads(ok, styles), *figures.throughput(ok, styles),
+              *figures.memory_vs_length(ok, styles)]
+    assert len(drawn) == len(charts) == 5
+    for fig, chart in zip(drawn, charts):
         seen = set()
-        for ax in fig.axes:
+        for ax, boxes in zip(fig.axes, _label_boxes(fig)):
+            lines = {line.get_gid() for line in ax.get_lines()} - {None}  # None: a guide
             for line in ax.get_lines():
                 impl = line.get_gid()
                 if impl is None:
-                    continue  # a guide
-                seen.add(impl)
+                    continue
                 st = styles[impl]
                 assert mcolors.to_hex(line.get_color()) == mcolors.to_hex(st.colour), impl
                 assert line.get_marker() == st.marker, impl
                 face = mcolors.to_hex(line.get_markerfacecolor())
                 assert (face == mcolors.to_hex(st.colour)) == st.filled, impl
-        # the legend: one column per family in the fixed order, its members under its name
-        texts = [t.get_text() for t in fig.legends[0].get_texts() if t.get_text()]
-        bold = [t.get_text() for t in fig.legends[0].get_texts()
-                if t.get_text() and t.get_fontweight() == "bold"]
-        want = [f for f in FAMILIES_IN_ORDER if any(FAMILY[i] == f for i in seen)]
-        assert bold == want
-        dims = {"mask", "causal", "none"}  # the dash column where the mask varies
-        assert sorted(t for t in texts if t not in dims) == sorted(want + sorted(seen))
-    assert {ln.get_gid() for ax in drawn[0].axes for ln in ax.get_lines()} - {None} == {
-        "hf.llama.sdpa", "jax.nn", "mymha"}
+                title = next(t for t in ax.texts if t.get_gid() == figures.TITLE_GID)
+                assert title.get_text().startswith(st.panel), impl  # its family's panel
+            # every line of a panel is named once at its end, in the line's colour
+            assert sorted(boxes) == sorted(lines), chart.title
+            names = sorted(boxes)
+            for k, a in enumerate(names):
+                for b in names[k + 1:]:
+                    assert not boxes[a].overlaps(boxes[b]), (chart.title, a, b)
+            for t in ax.texts:
+                if str(t.get_gid() or "").startswith(figures.LABEL_GID):
+                    assert mcolors.to_hex(t.get_color()) == mcolors.to_hex(
+                        styles[t.get_text()].colour)
+            seen |= lines
+        assert sorted(chart.labels) == sorted(seen)  # what the page's data-labels says
+    assert set(charts[0].labels) == {"hf.llama.sdpa", "jax.nn", "mymha"}
+    assert set(charts[1].labels) == {n for n, _ in TWENTY}
 
 
 def test_matrix_grouped_by_family_in_a_stable_order(twenty_report):
@@ -354,3 +379,72 @@ def test_ranking_lists_every_implementation_in_one_wrapping_column(twenty_report
         assert [e.split("\u00a0")[0] for e in entries] == [str(i) for i in
                                                            range(1, len(TWENTY) + 1)]
         assert sorted(e.split("\u00a0")[1] for e in entries) == sorted(n for n, _ in TWENTY)
+
+
+# --- headline -----------------------------------------------------------------------------
+def _headline(soup: BeautifulSoup) -> dict:
+    sec = soup.find(id="headline")
+    return {a.get_text(strip=True): a.find_parent("li").get_text(" ", strip=True)
+            for a in sec.find("ul", class_="verdicts").find_all("a")}
+
+
+def test_headline_says_what_each_implementation_did_and_links_it(full):
+    lines = _headline(full)
+    assert set(lines) == {"numpy", "torch.nn", "jax.nn", "bug.ignores_mask",
+                          "torch.sdpa[cudnn]"}
+    assert "conforms (40 cases pass)" in lines["numpy"]
+    assert "deviates as declared (fully_masked_rows, nan_padding) in 4 cases" in lines[
+        "torch.nn"]
+    assert lines["bug.ignores_mask"].startswith("bug.ignores_mask fails 18 cases: masking/")
+    assert "+15 more" in lines["bug.ignores_mask"]  # three cases named, the rest counted
+    assert "raises an error in 1 case" in lines["bug.ignores_mask"]
+    assert "not available here: needs a CUDA device" in lines["torch.sdpa[cudnn]"]
+    sec = full.find(id="headline")
+    classes = {a.get_text(strip=True): a["class"][0] for a in sec.find("ul").find_all("a")}
+    assert classes == {"numpy": "pass", "torch.nn": "deviation", "jax.nn": "deviation",
+                       "bug.ignores_mask": "fail", "torch.sdpa[cudnn]": "unsupported"}
+    # each item links to a place on the page: its conformance details, or the section
+    for a in sec.find_all("a"):
+        target = full.find(id=a["href"][1:])
+        assert target is not None, a["href"]
+    assert full.find(id=sec.find("a", string="torch.nn")["href"][1:]).summary.get_text(
+        ).startswith("torch.nn:")
+    counts = sec.find("p", class_="lead").get_text(" ", strip=True)
+    assert "1 fail" in counts and "2 deviate as declared" in counts and "1 conform" in counts
+
+
+def test_headline_fastest_per_band_and_what_was_not_measured(full):
+    sec = full.find(id="headline")
+    rows = {tr.th.get_text(strip=True): [td.get_text(" ", strip=True) for td in
+                                         tr.find_all("td")]
+            for tr in sec.find("table", class_="fastest").find_all("tr")}
+    assert set(rows) == {"gpu-box cpu float32", "gpu-box cuda float16", "laptop cpu float32",
+                         "vm cpu float32"}
+    vm = rows["vm cpu float32"]
+    assert [c.split(" ")[0] for c in vm] == ["short", "medium", "long"]
+    assert vm[2].startswith("long (L 2048–4096) torch.sdpa fastest at 4/4")
+    assert re.search(r"\d+% of peak", vm[2])
+    assert "torch.sdpa[flash]" in rows["gpu-box cuda float16"][2]
+    unmeasured = [a.get_text(" ", strip=True) for a in sec.find("ul", class_="unmeasured")
+                  .find_all("a")]
+    assert "no measured point: torch.flex" in unmeasured
+    assert any(re.fullmatch(r"34 sweep points not measured \(.*26 error.*\)", u)
+               for u in unmeasured), unmeasured
+    assert "checked but not in the sweep: bug.ignores_mask, jax.nn, torch.nn" in unmeasured
+
+
+def test_headline_names_interpreted_kernels_never_timed(tmp_path):
+    conf = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    for r in conf["results"]:
+        if r["impl"] == "numpy":
+            r.update(impl="triton.flash", device="cpu-interpret")
+    conf["implementations"].append({**conf["implementations"][0], "name": "triton.flash",
+                                    "devices": ["cpu-interpret"]})
+    (tmp_path / "conformance.json").write_text(json.dumps(conf))
+    soup = _soup(build_report([tmp_path, FIXTURES / "real" / "sweep-a.json"],
+                              tmp_path / "r.html"))
+    items = [a.get_text(" ", strip=True)
+             for a in soup.find(id="headline").find("ul", class_="unmeasured").find_all("a")]
+    assert any(i.startswith("interpreted kernels, checked but never timed") and
+               i.endswith(": triton.flash") for i in items), items
+    assert not any("checked but not in the sweep" in i and "triton.flash" in i for i in items)

@@ -47,10 +47,10 @@ document.body.appendChild(pre);
 </script>"""
 
 
-def _layout(html: Path, width: int) -> dict:
-    """The page's and the tables' widths in headless Chromium at a ``width``-px window."""
+def _dump(html: Path, script: str, width: int) -> dict:
+    """What ``script`` measured in headless Chromium at a ``width``-px window."""
     page = html.with_name("measure.html")
-    page.write_text(html.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"),
+    page.write_text(html.read_text(encoding="utf-8").replace("</body>", script + "</body>"),
                     encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
@@ -58,7 +58,12 @@ def _layout(html: Path, width: int) -> dict:
                               capture_output=True, text=True, timeout=120)
     found = re.search(r'<pre id="measured">(.*?)</pre>', proc.stdout)
     assert found, f"chromium printed no measurement ({proc.returncode}): {proc.stderr[-300:]}"
-    return json.loads(found.group(1).replace("&quot;", '"'))
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def _layout(html: Path, width: int) -> dict:
+    """The page's and the tables' widths in headless Chromium at a ``width``-px window."""
+    return _dump(html, MEASURE, width)
 
 
 def test_twenty_implementations_fit_a_1280px_window(tmp_path):
@@ -73,3 +78,36 @@ def test_twenty_implementations_fit_a_1280px_window(tmp_path):
         assert t["width"] <= t["room"] + 0.5, t  # no table wider than its column
     png = screenshot(html, tmp_path / "r.png", width=1280, height=3000)
     assert struct.unpack(">II", png.read_bytes()[16:24]) == (1280, 3000)
+
+
+# The charts as laid out: each image's drawn and natural width, and the names it declares.
+CHARTS = """<script>
+const out = {charts: []};
+for (const img of document.querySelectorAll("img.chart")) {
+  const sec = img.closest("section");
+  out.charts.push({section: sec ? sec.id : null, alt: img.alt,
+                   labels: JSON.parse(img.dataset.labels || "[]"),
+                   shown: img.getBoundingClientRect().width, natural: img.naturalWidth});
+}
+const pre = document.createElement("pre");
+pre.id = "measured";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_every_chart_names_every_implementation_at_1280px(tmp_path):
+    results = synthetic_results(tmp_path / "results")
+    html = build_report([results], tmp_path / "r.html")
+    charts = _dump(html, CHARTS, 1280)["charts"]
+    by_section = {}
+    for c in charts:
+        by_section.setdefault(c["section"], []).append(c)
+    assert {s: len(v) for s, v in by_section.items()} == {
+        "scaling": 1, "heads": 1, "throughput": 1, "memory": 1}
+    names = sorted(n for n, _ in TWENTY)  # every implementation has points in every chart
+    for c in charts:
+        assert sorted(c["labels"]) == names, (c["section"], set(names) - set(c["labels"]))
+        assert all(n in c["alt"] for n in names)  # and says so to a screen reader
+        # drawn at (nearly) its own size: a 7.5 pt label stays 10 px tall, not shrunk
+        assert c["natural"] > 0 and c["shown"] >= 0.95 * c["natural"], c
