@@ -7,7 +7,8 @@
 - ``pallas.tpu.flash``: ``ops.tpu.flash_attention.flash_attention``: causal (top left)
   through its flag, key padding by ``valid_lens`` (B,) through ``SegmentIds`` (queries
   segment 0, keys past the length segment 1), and every other mask through its additive
-  ``ab`` (B, H, L, S): the canonical additive form, -inf where not allowed.
+  ``ab`` (B, H, L, S): the canonical additive form, -inf where not allowed, divided by the
+  scale (the kernel adds ``ab`` to the unscaled logits, as its ``mha_reference`` does).
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
 Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernel,
@@ -33,7 +34,7 @@ import numpy as np
 
 from implementations.jax_common import JaxCore
 from suite.adapters import AttendMask, split_mask
-from suite.plugin import INTERPRETED_CPU, Deviation, Unsupported, interpreted
+from suite.plugin import INTERPRETED_CPU, Unsupported, interpreted
 from suite.problem import Problem
 
 BLOCK = 128  # both kernels' default block along the sequence (their BlockSizes)
@@ -156,7 +157,9 @@ class PallasTpuFlash(PallasCore):
             segment_ids = fa.SegmentIds(q=jnp.zeros((B, L + L_pad), jnp.int32), kv=kv)
         ab = None
         if use_ab:  # the whole canonical mask, additive: bias, -inf where not allowed
-            ab = jnp.broadcast_to(mask.bias, (B, H, L, S)).astype(q.dtype)
+            # The kernel adds ``ab`` before scaling (softmax((q.k + ab) * sm_scale)), so the
+            # canonical bias, added after, is ab = bias / scale (-inf stays -inf).
+            ab = jnp.broadcast_to(mask.bias / scale, (B, H, L, S)).astype(q.dtype)
             ab = jnp.pad(ab, ((0, 0), (0, 0), (0, L_pad), (0, S_pad)))  # (B, H, Lp, Sp)
         causal = "causal" in mask.kinds
         blocks = fa.BlockSizes(block_q=min(BLOCK, L + L_pad), block_k_major=BLOCK,

@@ -40,14 +40,13 @@ GPU_BLOCKS = (64, 64)
 INTERPRET_BLOCKS = (32, 32)
 
 
-class TritonFlash(TorchCore):
-    name = "triton.flash"
+class TritonCore(TorchCore):
+    """A Triton kernel on torch tensors: compiled on CUDA devices, interpreted on the CPU
+    (device ``cpu-interpret``) when torch sees no GPU. Subclasses write ``attend``; import
+    this module before defining the kernel so ``TRITON_INTERPRET`` is set in time."""
+
     framework = "triton"
     array_library = "torch"
-    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "cross", "gqa",
-                          "scale"})
-    memory_model = "linear"
-    repeat_kv = False  # the kernel maps query head h to kv head h // (H // K) itself
 
     def __init__(self) -> None:
         if triton is None:
@@ -70,6 +69,15 @@ class TritonFlash(TorchCore):
         if device not in self.devices():
             raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
         return torch.device("cpu" if interpreted(device) else device), TORCH_DTYPES[dtype]
+
+
+class TritonFlash(TritonCore):
+    name = "triton.flash"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "cross", "gqa",
+                          "scale"})
+    memory_model = "linear"
+    repeat_kv = False  # the kernel maps query head h to kv head h // (H // K) itself
+    kernels = triton_kernels  # the module holding ``flash_forward`` (a test swaps in a variant)
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
@@ -109,7 +117,7 @@ class TritonFlash(TorchCore):
         block_m, block_n = state["blocks"]
         block_d = max(16, triton.next_power_of_2(D))  # tl.dot needs >= 16
         grid = (triton.cdiv(L, block_m), B * H)
-        triton_kernels.flash_forward[grid](
+        self.kernels.flash_forward[grid](
             q, k, v, out, lens, maxlen, L, S, D, H, H // K, scale, km["offset"],
             CAUSAL=km["causal"], HAS_LENS=has_lens,
             DOT_F32=state["interpreted"] and q.dtype == torch.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n,

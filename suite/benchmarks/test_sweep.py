@@ -17,7 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
-from suite.plugin import Unsupported, array_library, expressible
+from suite.plugin import Unsupported, array_library, expressible, interpreted
 from suite.point import point_key
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
@@ -44,6 +44,8 @@ def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
 
 def test_point(benchmark, sweep_point, request):
     entry, device, point = sweep_point
+    if interpreted(device):  # an interpreter's times say nothing of the kernel on its hardware
+        pytest.skip(f"{entry.name} on {device}: interpreted, never timed")
     config = request.config
     state = config.stash[STATE]
     impl = entry.impl
