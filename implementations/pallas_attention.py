@@ -19,9 +19,9 @@ Shapes: each kernel's block sizes decide what it takes, said in the ``Unsupporte
 The GPU kernel takes Lq and Lk that are at most 128 (one block) or multiples of 128 (on a GPU,
 powers of two up to 128 or multiples of 128: Triton blocks are powers of two). The TPU
 kernel's key blocks are multiples of 128 lanes, so Lk is padded to a multiple of 128 with
-the padded keys in their own segment (no query row sees them) and Lq to a multiple of 8;
-padding that would change an answer is refused: a problem with a fully masked row (the
-kernel spreads such a row over every key, padded ones included).
+the padded keys in their own segment (no query row sees them) and Lq to a multiple of 8.
+A problem with a fully masked row is refused: the kernel gives the mean of the values
+through segments and NaN through -inf in ``ab``, and padding would change the mean.
 """
 
 from __future__ import annotations
@@ -114,10 +114,14 @@ class PallasTpuFlash(PallasCore):
     def check_shapes(self, problem: Problem, device: str) -> None:
         m = problem.mask
         padded = problem.S % BLOCK != 0
-        if padded and split_mask(problem).fully_masked_rows() is not None:
-            raise Unsupported(f"{self.name}: Lk={problem.S} is padded to a multiple of 128 "
-                              f"keys, which would change its fully masked rows (it spreads "
-                              f"them over every key)")
+        if split_mask(problem).fully_masked_rows() is not None:
+            # Measured (Lk = 128, float32): a row masked through segments gives the mean of
+            # the values (finite DEFAULT_MASK_VALUE), one masked through -inf in ``ab`` gives
+            # NaN; with Lk padded to 128 the mean would also take in the padded keys.
+            raise Unsupported(f"{self.name}: a fully masked row gives the mean of the values "
+                              f"when masked through segment ids and NaN through -inf in ab, "
+                              f"and padding Lk={problem.S} to a multiple of 128 would change "
+                              f"the mean: no one policy to declare")
         # How the mask reaches the kernel (static under jit): the causal flag, segments for
         # key padding (B,), ``ab`` for the rest. Compiled code is kept per route.
         segments = padded or (m.valid_lens is not None and np.ndim(m.valid_lens) == 1)
