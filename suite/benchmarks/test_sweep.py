@@ -44,8 +44,6 @@ def _not_measured(request: pytest.FixtureRequest, extra: Dict[str, Any],
 
 def test_point(benchmark, sweep_point, request):
     entry, device, point = sweep_point
-    if interpreted(device):  # an interpreter's times say nothing of the kernel on its hardware
-        pytest.skip(f"{entry.name} on {device}: interpreted, never timed")
     config = request.config
     state = config.stash[STATE]
     impl = entry.impl
@@ -56,6 +54,9 @@ def test_point(benchmark, sweep_point, request):
     request.node.stash[POINT] = extra  # a timeout or harness error is recorded against it
     if point_key(extra) in state["done"]:
         pytest.skip("resumed: already measured")
+    if interpreted(device):  # an interpreter's times say nothing of the kernel on its hardware
+        record_not_measured(config, extra, "skipped", f"{device}: interpreted, never timed")
+        pytest.skip(f"{device}: interpreted, never timed")
     needs = {MASK_FEATURE[point.mask], "gqa" if point.K != H else None,
              "grad" if point.grad else None} - {None}
     missing = sorted(needs - set(impl.features))
