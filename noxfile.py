@@ -65,16 +65,18 @@ def fidelity(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench_gpu(session: nox.Session) -> None:
-    """The gpu preset with CUDA builds of torch and jax (needs a GPU)."""
-    install(session, "torch,report,dev", gpu=True)
+    """The gpu preset with CUDA builds of torch and jax (needs a GPU); triton.flash and
+    pallas.gpu.flash run compiled there."""
+    install(session, "torch,triton,report,dev", gpu=True)
     session.install("jax[cuda12]")
     session.run("mha-suite", "sweep", "--preset", "gpu", *(session.posargs or ["--out", RESULTS]))
 
 
 @nox.session(default=False)
 def conformance_gpu(session: nox.Session) -> None:
-    """Conformance on CUDA devices only (needs a GPU)."""
-    install(session, "torch,report,dev", gpu=True)
+    """Conformance on CUDA devices only (needs a GPU): triton.flash and pallas.gpu.flash
+    compiled, not interpreted."""
+    install(session, "torch,triton,report,dev", gpu=True)
     session.install("jax[cuda12]")
     session.run("pytest", "--pyargs", "suite.conformance", "--device", "cuda", *session.posargs)
 

@@ -43,11 +43,13 @@ JAX_DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bf
 
 
 def jax_device(device: str):
-    """'cpu' or 'cuda:i' -> a jax device."""
-    if device == "cpu":
+    """'cpu', 'cpu-interpret' (a Pallas kernel interpreted), 'cuda:i' or 'tpu:i' -> a jax device."""
+    if device in ("cpu", "cpu-interpret"):
         return jax.devices("cpu")[0]
     if device.startswith("cuda:"):
         return jax.devices("gpu")[int(device.split(":")[1])]
+    if device.startswith("tpu:"):
+        return jax.devices("tpu")[int(device.split(":")[1])]
     raise ValueError(f"device: expected 'cpu' or 'cuda:i', got {device!r}")
 
 

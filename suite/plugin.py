@@ -186,6 +186,14 @@ class Implementation:
 
 KV_SOURCES = ("separate", "shared", "self")
 MEMORY_MODELS = ("quadratic", "linear")
+# The device of an accelerator kernel (Pallas, Triton) run by its interpreter on the CPU:
+# conformance checks it, sweeps never time it (interpreted times say nothing of the kernel).
+INTERPRETED_CPU = "cpu-interpret"
+
+
+def interpreted(device: str) -> bool:
+    """True for a device on which a kernel runs under its interpreter (``cpu-interpret``)."""
+    return device.endswith("-interpret")
 
 
 def array_library(impl: Implementation) -> str:

@@ -43,6 +43,9 @@ BUILTINS: Dict[str, str] = {
     "jax.nn": "implementations.jax_nn:JaxNN",
     "flax.mha": "implementations.flax_mha:FlaxMHA",
     "flax.mha+weights": "implementations.flax_mha:FlaxMHAWeights",
+    "triton.flash": "implementations.triton_flash:TritonFlash",
+    "pallas.gpu.flash": "implementations.pallas_attention:PallasGpuFlash",
+    "pallas.tpu.flash": "implementations.pallas_attention:PallasTpuFlash",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
@@ -59,6 +62,7 @@ INSTALL_HINTS = {
     "transformers": "pip install 'mha-suite[hf]'",
     "keras": "pip install 'mha-suite[keras]'",
     "flax": "pip install 'mha-suite[flax]'",
+    "triton": "pip install 'mha-suite[triton]'",
 }
 
 

@@ -34,3 +34,21 @@ def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
     # The two paths differ where the README says: a query row with no key to attend.
     assert outcome[("mine.attention", "masking", "fully_masked_bool_row")] == "pass"
     assert outcome[("mine.attention[weights]", "masking", "fully_masked_bool_row")] == "deviation"
+
+
+def test_own_gpu_kernel_example_runs_under_the_triton_interpreter(cli, tmp_path):
+    pytest.importorskip("triton")
+    code = _section_code("Testing your own GPU kernel without a GPU")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 25, code
+    plugin, out = tmp_path / "my_triton.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.triton", "--dtype", "float32",
+               "--workers", "0", "--json", str(out), "-k", "gqa or mqa or one_head or cross")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    outcome = {r["case"]: r["outcome"] for r in records if r["family"] == "shapes"}
+    assert {r["device"] for r in records} == {"cpu-interpret"}  # no GPU here: interpreted
+    assert all(r["outcome"] == "unsupported" for r in records if r["family"] != "shapes")
+    # One program per query row: the interpreter runs each in Python, so a few cases only.
+    assert set(outcome) == {"gqa", "gqa_groups_of_2", "mqa", "one_head", "cross_key_ne_value"}
+    assert set(outcome.values()) == {"pass"}, outcome

@@ -17,7 +17,7 @@ from suite.benchmarks.conftest import (
     record_point,
 )
 from suite.outputs import VERIFIED, check_output
-from suite.plugin import Unsupported, array_library, expressible
+from suite.plugin import Unsupported, array_library, expressible, interpreted
 from suite.point import point_key
 from suite.pytest_plugin import Timeout
 from suite.sweep import MASK_FEATURE, point_problem
@@ -54,6 +54,9 @@ def test_point(benchmark, sweep_point, request):
     request.node.stash[POINT] = extra  # a timeout or harness error is recorded against it
     if point_key(extra) in state["done"]:
         pytest.skip("resumed: already measured")
+    if interpreted(device):  # an interpreter's times say nothing of the kernel on its hardware
+        record_not_measured(config, extra, "skipped", f"{device}: interpreted, never timed")
+        pytest.skip(f"{device}: interpreted, never timed")
     needs = {MASK_FEATURE[point.mask], "gqa" if point.K != H else None,
              "grad" if point.grad else None} - {None}
     missing = sorted(needs - set(impl.features))

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from typing import Dict, Iterable, List
 
 from suite import pytest_plugin
+from suite.plugin import interpreted
 
 ORDER = ("fail", "error", "flaky", "known_failure", "deviation", "unsupported", "pass")
 SHORT = {"fail": "fail", "error": "err", "flaky": "flaky", "known_failure": "known",
@@ -25,8 +26,9 @@ def cell(counts: Counter) -> str:
 def matrix_lines(records: List[dict], config=None) -> List[str]:
     families = sorted({r["family"] for r in records})
     rows: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-    for r in records:
-        rows[r["impl"]][r["family"]][r["outcome"]] += 1
+    for r in records:  # a kernel run by its interpreter says so in its row
+        label = r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "")
+        rows[label][r["family"]][r["outcome"]] += 1
     width = max(len("implementation"), *(len(k) for k in rows))
     widths = [max(len(f), *(len(cell(rows[i][f])) for i in rows)) for f in families]
     header = "implementation".ljust(width) + "  " + "  ".join(

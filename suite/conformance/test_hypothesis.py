@@ -16,8 +16,13 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
+from suite.plugin import interpreted  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
 from suite.pytest_plugin import Timeout, timed_out  # noqa: E402
+
+# Examples for a kernel run by its interpreter (device cpu-interpret): its cases stay well
+# inside --timeout (25 Pallas examples took over 300 s on 2 loaded cores).
+INTERPRETED_EXAMPLES = 5
 
 
 @st.composite
@@ -54,6 +59,8 @@ def problems(draw, features: frozenset):
 
 def test_random_shapes(target, conform, request, listed_known_failure):
     n = request.config.getoption("--hypothesis-examples")
+    if interpreted(target[1]):  # each new shape is traced and interpreted again (~5 s each)
+        n = min(n, INTERPRETED_EXAMPLES)
     # A listed known failure runs to show it still fails: its first failing example says so,
     # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin
     # that compiles each new shape, shrinking alone took 300 s, Hypothesis's own limit).

@@ -1,0 +1,173 @@
+"""JAX's own Pallas attention kernels (the jax wheel's ``jax.experimental.pallas.ops``).
+
+- ``pallas.gpu.flash``: ``ops.gpu.attention.mha``, FlashAttention for GPUs (Triton lowering):
+  causal (top left) through its flag. Its ``segment_ids`` is one (B, L) array read by queries
+  and keys alike, so key padding is not expressible (padded positions would also be padded
+  queries that see only padding): not declared.
+- ``pallas.tpu.flash``: ``ops.tpu.flash_attention.flash_attention``: causal (top left)
+  through its flag, key padding by ``valid_lens`` (B,) through ``SegmentIds`` (queries
+  segment 0, keys past the length segment 1), and every other mask through its additive
+  ``ab`` (B, H, L, S): the canonical additive form, -inf where not allowed, divided by the
+  scale (the kernel adds ``ab`` to the unscaled logits, as its ``mha_reference`` does).
+
+On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
+Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernel,
+``pltpu.force_tpu_interpret_mode()`` around tracing for the TPU one. Neither kernel takes
+GQA: kv heads are repeated to H (``JaxCore``'s ``repeat_kv``).
+
+Shapes: each kernel's block sizes decide what it takes, said in the ``Unsupported`` reason.
+The GPU kernel takes Lq and Lk that are at most 128 (one block) or multiples of 128 (on a GPU,
+powers of two up to 128 or multiples of 128: Triton blocks are powers of two). The TPU
+kernel's key blocks are multiples of 128 lanes, so Lk is padded to a multiple of 128 with
+the padded keys in their own segment (no query row sees them) and Lq to a multiple of 8.
+A problem with a fully masked row is refused: the kernel gives the mean of the values
+through segments and NaN through -inf in ``ab``, and padding would change the mean.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from implementations.jax_common import JaxCore
+from suite.adapters import AttendMask, split_mask
+from suite.plugin import INTERPRETED_CPU, Unsupported, interpreted
+from suite.problem import Problem
+
+BLOCK = 128  # both kernels' default block along the sequence (their BlockSizes)
+SUBLANES = 8  # TPU query blocks are multiples of 8 sublanes
+
+
+def _backend_count(platform: str) -> int:
+    try:
+        return len(jax.devices(platform))
+    except RuntimeError:  # no such backend here
+        return 0
+
+
+class PallasCore(JaxCore):
+    """Runs ``kernel_attend`` natively on ``platform`` when present, else interpreted."""
+
+    platform = ""  # "gpu" or "tpu"
+    memory_model = "linear"
+
+    def devices(self) -> List[str]:
+        n = _backend_count(self.platform)
+        prefix = "cuda" if self.platform == "gpu" else self.platform
+        return [f"{prefix}:{i}" for i in range(n)] if n else [INTERPRETED_CPU]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return ("float32", "float16", "bfloat16")
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        if grad:  # the kernels' backward passes need backward block sizes: not wired here
+            raise Unsupported(f"{self.name}: forward only")
+        self.interpret = interpreted(device)
+        self.check_shapes(problem, device)
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        """Raise ``Unsupported`` for a problem the kernel's blocks cannot take."""
+
+
+class PallasGpuFlash(PallasCore):
+    name = "pallas.gpu.flash"
+    platform = "gpu"
+    features = frozenset({"causal", "cross", "gqa", "scale"})
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        pow2 = not interpreted(device)  # Triton's blocks are powers of two on a GPU
+
+        def fits(n: int) -> bool:
+            return n % BLOCK == 0 or (n < BLOCK and (not pow2 or n & (n - 1) == 0))
+
+        if not (fits(problem.L) and fits(problem.S)):
+            rule = "powers of two up to 128" if pow2 else "at most 128"
+            raise Unsupported(f"{self.name} takes Lq and Lk that are {rule} or multiples of "
+                              f"128 (its 128 x 128 blocks); got Lq={problem.L}, Lk={problem.S}")
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        from jax.experimental.pallas.ops.gpu import attention
+
+        out = attention.mha(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3),  # (B, L, H, D)
+                            v.transpose(0, 2, 1, 3), None, sm_scale=scale,
+                            causal="causal" in mask.kinds, interpret=self.interpret)
+        return out.transpose(0, 2, 1, 3), None  # (B, H, L, D)
+
+
+class PallasTpuFlash(PallasCore):
+    name = "pallas.tpu.flash"
+    platform = "tpu"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
+                          "cross", "gqa", "scale"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._caches: Dict[tuple, Dict] = {}
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        m = problem.mask
+        padded = problem.S % BLOCK != 0
+        if split_mask(problem).fully_masked_rows() is not None:
+            # Measured (Lk = 128, float32): a row masked through segments gives the mean of
+            # the values (finite DEFAULT_MASK_VALUE), one masked through -inf in ``ab`` gives
+            # NaN; with Lk padded to 128 the mean would also take in the padded keys.
+            raise Unsupported(f"{self.name}: a fully masked row gives the mean of the values "
+                              f"when masked through segment ids and NaN through -inf in ab, "
+                              f"and padding Lk={problem.S} to a multiple of 128 would change "
+                              f"the mean: no one policy to declare")
+        # How the mask reaches the kernel (static under jit): the causal flag, segments for
+        # key padding (B,), ``ab`` for the rest. Compiled code is kept per route.
+        segments = padded or (m.valid_lens is not None and np.ndim(m.valid_lens) == 1)
+        rest = m.kinds - {"causal"} - ({"valid_lens"} if np.ndim(m.valid_lens) == 1 else set())
+        self.route = (segments, bool(rest))
+        self._cache = self._caches.setdefault(self.route, {})  # JaxCore's executable cache
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if not interpreted(device):
+            return super().prepare(problem, device, dtype, need_weights=need_weights,
+                                   grad=grad)
+        from jax.experimental.pallas import tpu as pltpu
+
+        with pltpu.force_tpu_interpret_mode():  # the kernel is traced and compiled here
+            return super().prepare(problem, device, dtype, need_weights=need_weights,
+                                   grad=grad)
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+        B, H, L, D = q.shape
+        S = k.shape[2]
+        use_segments, use_ab = self.route
+        # Rows and keys added at the end: query blocks of up to 128 rows (multiples of 8), key
+        # blocks of 128.
+        L_pad, S_pad = -L % (SUBLANES if L <= BLOCK else BLOCK), -S % BLOCK
+        pad = ((0, 0), (0, 0), (0, L_pad), (0, 0))
+        q = jnp.pad(q, pad)  # (B, H, Lp, D): padded query rows are dropped below
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, S_pad), (0, 0)))  # (B, H, Sp, D)
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, S_pad), (0, 0)))  # (B, H, Sp, D)
+        segment_ids = None
+        if use_segments:  # keys no query may attend, padded ones included, get segment 1
+            dead = jnp.zeros((B, S), bool) if mask.dead_keys is None \
+                else mask.dead_keys.all(axis=1)[..., 0]  # (B, S)
+            kv = jnp.pad(dead, ((0, 0), (0, S_pad)), constant_values=True).astype(jnp.int32)
+            segment_ids = fa.SegmentIds(q=jnp.zeros((B, L + L_pad), jnp.int32), kv=kv)
+        ab = None
+        if use_ab:  # the whole canonical mask, additive: bias, -inf where not allowed
+            # The kernel adds ``ab`` before scaling (softmax((q.k + ab) * sm_scale)), so the
+            # canonical bias, added after, is ab = bias / scale (-inf stays -inf).
+            ab = jnp.broadcast_to(mask.bias / scale, (B, H, L, S)).astype(q.dtype)
+            ab = jnp.pad(ab, ((0, 0), (0, 0), (0, L_pad), (0, S_pad)))  # (B, H, Lp, Sp)
+        causal = "causal" in mask.kinds
+        blocks = fa.BlockSizes(block_q=min(BLOCK, L + L_pad), block_k_major=BLOCK,
+                               block_k=BLOCK, block_b=1)
+        out = fa.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale,
+                                 block_sizes=blocks)
+        return out[:, :, :L], None  # (B, H, L, D)

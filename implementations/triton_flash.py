@@ -1,0 +1,125 @@
+"""triton.flash: the suite's own Triton FlashAttention forward kernel (``triton_kernels``).
+
+On a CUDA GPU it is compiled and runs as a normal kernel (device ``cuda:i``, swept). Without
+one it runs under Triton's interpreter on torch CPU tensors: device ``cpu-interpret``,
+checked by conformance, never timed (``suite.plugin.interpreted``).
+
+Triton 3.9 decides interpreter or compiler when ``@triton.jit`` decorates a kernel (it reads
+``TRITON_INTERPRET`` through ``triton.knobs.runtime.interpret``), so this module sets
+``TRITON_INTERPRET=1`` before importing the kernel module when torch sees no CUDA device; it
+stays set for the process, so Triton kernels defined after it (a user's plugin) are
+interpreted too. With a GPU it is left as the user set it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+
+from implementations.torch_common import TORCH_DTYPES, TorchCore
+from suite.adapters import AttendMask
+from suite.plugin import INTERPRETED_CPU, Unavailable, Unsupported, interpreted
+from suite.problem import Problem
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit of ours runs: see above
+
+try:
+    import triton
+
+    from implementations import triton_kernels
+except ImportError as exc:  # the extra is not installed: listed as unavailable
+    triton = triton_kernels = None
+    _IMPORT_ERROR = f"triton is not installed (pip install 'mha-suite[triton]'): {exc}"
+
+# Block sizes: 64 x 64 on a GPU; under the interpreter each block is a NumPy step, so fewer,
+# larger blocks are faster, but 32 still crosses block edges in the conformance shapes.
+GPU_BLOCKS = (64, 64)
+INTERPRET_BLOCKS = (32, 32)
+
+
+class TritonCore(TorchCore):
+    """A Triton kernel on torch tensors: compiled on CUDA devices, interpreted on the CPU
+    (device ``cpu-interpret``) when torch sees no GPU. Subclasses write ``attend``; import
+    this module before defining the kernel so ``TRITON_INTERPRET`` is set in time."""
+
+    framework = "triton"
+    array_library = "torch"
+
+    def __init__(self) -> None:
+        if triton is None:
+            raise Unavailable(_IMPORT_ERROR)
+
+    def framework_version(self) -> str:
+        return triton.__version__
+
+    def devices(self) -> List[str]:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return [INTERPRETED_CPU]
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return ("float32", "float16", "bfloat16")
+
+    def target(self, device: str, dtype: str) -> Tuple[torch.device, torch.dtype]:
+        if dtype not in self.dtypes(device):
+            raise ValueError(f"dtype: expected one of {list(self.dtypes(device))}, got {dtype!r}")
+        if device not in self.devices():
+            raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
+        return torch.device("cpu" if interpreted(device) else device), TORCH_DTYPES[dtype]
+
+
+class TritonFlash(TritonCore):
+    name = "triton.flash"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "cross", "gqa",
+                          "scale"})
+    memory_model = "linear"
+    repeat_kv = False  # the kernel maps query head h to kv head h // (H // K) itself
+    kernels = triton_kernels  # the module holding ``flash_forward`` (a test swaps in a variant)
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if grad:
+            raise Unsupported("triton.flash has a forward kernel only")
+        state = super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        m = problem.mask
+        lens = None
+        if m.valid_lens is not None:  # (B,) or (B, L) -> (B, L) int32, one length per row
+            vl = torch.as_tensor(m.valid_lens, dtype=torch.int32).reshape(problem.B, -1)
+            lens = vl.expand(problem.B, problem.L).contiguous().to(state["device"])
+        state["kernel_mask"] = {
+            "causal": m.causal,
+            "offset": 0 if m.causal_align == "top_left" else problem.S - problem.L,
+            "lens": lens,
+        }
+        state["interpreted"] = interpreted(device)
+        state["blocks"] = INTERPRET_BLOCKS if interpreted(device) else GPU_BLOCKS
+        return state
+
+    def forward(self, state: Dict[str, Any]):
+        self._kernel_state = state  # ``attend`` needs the kernel's own mask terms
+        return super().forward(state)
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        state = self._kernel_state
+        km = state["kernel_mask"]
+        B, H, L, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H|K, L|S, D)
+        out = torch.empty_like(q)  # (B, H, L, D)
+        lens = km["lens"]
+        has_lens = lens is not None
+        if not has_lens:  # unused by the kernel; a pointer is still passed
+            lens = torch.zeros(1, dtype=torch.int32, device=q.device)
+        maxlen = lens.amax(dim=1).to(torch.int32) if has_lens else lens
+        block_m, block_n = state["blocks"]
+        block_d = max(16, triton.next_power_of_2(D))  # tl.dot needs >= 16
+        grid = (triton.cdiv(L, block_m), B * H)
+        self.kernels.flash_forward[grid](
+            q, k, v, out, lens, maxlen, L, S, D, H, H // K, scale, km["offset"],
+            CAUSAL=km["causal"], HAS_LENS=has_lens,
+            DOT_F32=state["interpreted"] and q.dtype == torch.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_D=block_d)
+        return out, None  # (B, H, L, D)

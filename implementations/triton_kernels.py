@@ -1,0 +1,93 @@
+"""The suite's own Triton FlashAttention forward kernel (online softmax over key blocks).
+
+Written from the published algorithm (Dao et al., FlashAttention-2, Algorithm 1): each program
+owns ``BLOCK_M`` query rows of one (batch, head), walks the key blocks in order keeping the
+running row max ``m``, the running sum ``l`` and the unnormalised output ``acc`` in float32,
+rescales ``l`` and ``acc`` by ``exp(m_old - m_new)`` when the max grows, and divides once at
+the end. Masks: causal (``causal_offset`` = 0 top-left, S - L bottom-right), key lengths per
+query row (``lens`` (B, L): key j visible iff j < lens[b, i]), GQA (query head h reads kv
+head h // (H // K)). A row with no visible key gives zeros (the spec), not 0/0.
+
+Import this module only after deciding between a GPU and the interpreter: triton 3.9 reads
+``TRITON_INTERPRET`` when ``@triton.jit`` decorates (``triton.knobs.runtime.interpret``), so
+``implementations.triton_flash`` sets it before importing this module when no CUDA device is
+present.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def flash_forward(q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr, maxlen_ptr,  # tensors
+                  L, S, D, H, GROUP,  # sizes; GROUP = H // K query heads per kv head
+                  scale,  # softmax scale, folded into the exponent base 2 below
+                  causal_offset,  # key j visible to query i iff j <= i + causal_offset
+                  CAUSAL: tl.constexpr, HAS_LENS: tl.constexpr, DOT_F32: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """q, o (B, H, L, D); k, v (B, K, S, D), all contiguous; lens (B, L) int32; maxlen (B,).
+
+    DOT_F32: give ``tl.dot`` float32 operands. Products of two bfloat16 (or float16) numbers
+    are exact in float32, so with float32 accumulation this is the same arithmetic; it is
+    set under the interpreter only, whose bfloat16 ``tl.dot`` is wrong (triton 3.9.0,
+    docs/repro/triton-interpret-bf16-dot/), and not on a GPU (float32 dots there may use TF32).
+    """
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kv = b * (H // GROUP) + h // GROUP  # the (batch, kv head) this query head reads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows of this program
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < L
+    d_ok = offs_d < D
+    q = tl.load(q_ptr + (bh * L + offs_m[:, None]) * D + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    qk_scale = scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (scaled, base 2)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(s - m_i)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # running unnormalised output
+    # Keys past the last visible one are never read (they may hold NaN padding).
+    end = S
+    if HAS_LENS:
+        end = tl.minimum(end, tl.load(maxlen_ptr + b))
+    if CAUSAL:  # the last key the last row of this block may see, plus one
+        end = tl.minimum(end, tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0))
+    if HAS_LENS:
+        lens = tl.load(lens_ptr + b * L + offs_m, mask=row_ok, other=0)  # (BLOCK_M,)
+    for start_n in range(0, end, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < end
+        k = tl.load(k_ptr + (kv * S + cols[:, None]) * D + offs_d[None, :],
+                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+        if DOT_F32:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), float32
+        visible = col_ok[None, :] & row_ok[:, None]
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+        if HAS_LENS:
+            visible = visible & (cols[None, :] < lens[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row with nothing visible so far keeps m = -inf: shift by 0 so exp2 stays 0, not NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)  # rescale of the old sum and output (0 when m_i = -inf)
+        p = tl.exp2(s - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + (kv * S + cols[:, None]) * D + offs_d[None, :],
+                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+        p = p.to(v.dtype)  # the second matmul in the input dtype, as FlashAttention does
+        if DOT_F32:
+            p, v = p.to(tl.float32), v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v)  # (BLOCK_M, BLOCK_D)
+        m_i = m_new
+    # A row that saw no key divides by 1: its output stays 0 (the spec), not 0/0.
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(o_ptr + (bh * L + offs_m[:, None]) * D + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
