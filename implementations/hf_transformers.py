@@ -59,6 +59,12 @@ def hf_mask(problem: Problem, attn: str, dtype: torch.dtype, device: torch.devic
     ``masking_utils.sdpa_mask``), float additive when there is a bias, and ``is_causal``
     True only when the whole mask is top-left causal (SDPA's own flag).
     """
+    if adapters.requested_form(problem):  # the mask form asked for, as the module takes it
+        form = adapters.form_mask(problem, fill=float(torch.finfo(dtype).min))
+        mask = None if form.attn is None else torch.as_tensor(form.attn, device=device)
+        return {"attention_mask": mask if mask is None or mask.dtype == torch.bool
+                else mask.to(dtype),
+                "is_causal": "causal_flag" in adapters.form_parts(problem.mask_form)}
     parts = adapters.split_mask(problem, true_means="attend", key_padding=False,
                                 native_causal=("top_left",), per_head=True)
     if attn != "sdpa" or not parts.only_causal:
@@ -263,6 +269,17 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
 }
 
 
+# HF's 4-D masks: eager adds an additive float mask (finfo(dtype).min where masked) of any
+# shape broadcastable to (B, H, L, S); sdpa hands a boolean or float one to SDPA, or takes
+# is_causal alone.
+_SHAPES_4D = ("BHLS", "B1LS", "11LS", "B11S", "BHL1")
+MASK_FORMS = {
+    "eager": frozenset(f"float_{s}" for s in _SHAPES_4D),
+    "sdpa": frozenset({f"{k}_{s}" for k in ("bool", "float") for s in _SHAPES_4D}
+                      | {"causal_flag"}),
+}
+
+
 def variants() -> List[type]:
     """One class per module and attention implementation: ``hf.MODEL[eager|sdpa]``."""
     out = []
@@ -271,6 +288,7 @@ def variants() -> List[type]:
             features = base.features | ({"weights"} if attn == "eager" else set())
             cls = type(f"HF_{model}_{attn}", (base,), {
                 "name": f"hf.{model}[{attn}]", "attn": attn, "features": frozenset(features),
-                "deviations": DEVIATIONS[attn], "__module__": __name__})
+                "deviations": DEVIATIONS[attn], "mask_forms": MASK_FORMS[attn],
+                "__module__": __name__})
             out.append(cls)
     return out
