@@ -319,6 +319,13 @@ GPT2_OPTIONS = {
 }
 
 
+# The families a config option's path changes: every fixed case; the random shapes of the
+# hypothesis family (the most expensive per name) exercise the base name's shape handling,
+# which these options do not touch.
+PATH_FAMILIES = frozenset({"masking", "shapes", "numerics", "properties", "mask_forms", "tiles",
+                           "special_values"})
+
+
 def gpt2_config_variants() -> List[type]:
     """``hf.gpt2[ATTN,OPTION]``: GPT2Attention built with one config option of
     ``GPT2_OPTIONS`` (a layer_idx > 0 where the option reads it). The scale is folded into
@@ -333,5 +340,6 @@ def gpt2_config_variants() -> List[type]:
                 "name": f"hf.gpt2[{attn},{option}]", "attn": attn,
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],
                 "mask_forms": MASK_FORMS[attn], "config_options": config,
-                "layer_idx": layer_idx, "fold_scale": True, "__module__": __name__}))
+                "layer_idx": layer_idx, "fold_scale": True, "families": PATH_FAMILIES,
+                "__module__": __name__}))
     return out

@@ -165,6 +165,10 @@ class TorchNNSDPA(TorchNN):
     features = TorchNN.features - {"weights"}
     need_weights = False
     deviations = {"nan_padding": TorchNN.deviations["nan_padding"]}
+    # Every fixed case and the gradients; not the random shapes (the base name's shape
+    # handling, which need_weights does not change).
+    families = frozenset({"masking", "shapes", "numerics", "properties", "gradients",
+                          "mask_forms", "tiles", "special_values"})
 
 
 class TorchNNFast(TorchNN):

@@ -205,6 +205,10 @@ class Implementation:
     # family gives the plugin each one (``suite.adapters.requested_form``) and compares it
     # with the oracle on the same problem. Empty (the default): the family is unsupported.
     mask_forms: ClassVar[FrozenSet[str]] = frozenset()
+    # The case families this name runs (None: all). A built-in variant that differs from its
+    # base in one code path names the families that path changes, which keeps the CI's cost
+    # down; the other families are reported unsupported with the list.
+    families: ClassVar[Optional[FrozenSet[str]]] = None
 
     def framework_version(self) -> str:
         return "unknown"
@@ -323,6 +327,11 @@ def check_interface(cls: type) -> None:
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
+    families = getattr(cls, "families", None)
+    if families is not None and (isinstance(families, str)
+                                 or not all(isinstance(f, str) for f in families)):
+        raise TypeError(f"{cls.__name__}.families: expected None or a set of family names, "
+                        f"got {families!r}")
     forms = getattr(cls, "mask_forms", frozenset())
     if isinstance(forms, str) or not all(isinstance(f, str) for f in forms):
         raise TypeError(f"{cls.__name__}.mask_forms: expected a set of form names, got {forms!r}")
