@@ -16,7 +16,6 @@ from implementations.jax_common import JaxCore, gpu_count
 from suite import adapters, cache
 from suite.plugin import Deviation
 
-
 # Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
 # (B, N, T, S) (fewer than 4 dimensions are expanded on the left), is_causal beside them,
 # and query_seq_lengths / key_value_seq_lengths (B,).

@@ -41,7 +41,6 @@ from suite import adapters
 from suite.plugin import Deviation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
-
 # Mask forms nn.MultiheadAttention takes: attn_mask (L, S) or (B*H, L, S), boolean (True =
 # masked) or additive float, key_padding_mask (B, S) boolean or float, mixed kinds (bool
 # padding beside a float mask, which it converts with a deprecation warning), and the

@@ -8,8 +8,8 @@ takes query_mask and value_mask, and ``_compute_attention_mask`` merges them (qu
 overwriting the argument with the query tensor's Keras mask, so a query_mask given as an
 argument is dropped without a word, while value_mask given the same way is honoured.
 """
-import numpy as np
 import keras
+import numpy as np
 
 layer = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
 rng = np.random.default_rng(0)
