@@ -36,6 +36,11 @@ cache.enable_compile_caches()  # executables persist in the user's cache: compil
 
 FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
                       "gqa", "grad"})
+# Mask forms the module's ``mask`` takes: boolean, broadcastable to (B, H, L, S) (its
+# docstring's shape; the fused path hands it to jax.nn, the explicit one broadcasts it in
+# jnp.where), and is_causal beside it.
+MASK_FORMS = frozenset({"bool_BHLS", "bool_B1LS", "bool_11LS", "bool_B11S", "bool_BHL1",
+                        "causal_flag", "causal_flag+bool_B11S"})
 
 
 def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
@@ -62,6 +67,7 @@ class FlaxMHA(Implementation):
     framework = "flax"
     array_library = "jax"  # the sweep's matmul peak and memory method
     features = FEATURES
+    mask_forms = MASK_FORMS
     sow_weights = False
     deviations = {
         "fully_masked_rows": Deviation(
@@ -104,10 +110,14 @@ class FlaxMHA(Implementation):
         params = jax.device_put(params, dev)
         t = JAX_DTYPES[dtype]
         x = [jax.device_put(np.asarray(a).astype(t), dev) for a in (p.query, p.key, p.value)]
-        mask = None if parts.mask is None else jax.device_put(parts.mask, dev)  # (B, H|1, L, S)
+        mask, causal = parts.mask, parts.causal == "top_left"  # (B, H|1, L, S)
+        if adapters.requested_form(p):  # the mask form asked for, as the module takes it
+            mask = adapters.form_mask(p).attn
+            causal = "causal_flag" in adapters.form_parts(p.mask_form)
+        mask = None if mask is None else jax.device_put(mask, dev)
         # The +weights name always sows, so a sweep (which asks for no weights) times the
         # path its name says.
-        causal, sow = parts.causal == "top_left", need_weights or self.sow_weights
+        sow = need_weights or self.sow_weights
 
         def fwd(params, q, k, v, mask):
             mha = nnx.merge(graphdef, params)

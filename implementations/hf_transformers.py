@@ -32,6 +32,7 @@ covers it with weights; ``sdpa`` returns none (no ``weights`` feature).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List
 
 import numpy as np
@@ -59,6 +60,12 @@ def hf_mask(problem: Problem, attn: str, dtype: torch.dtype, device: torch.devic
     ``masking_utils.sdpa_mask``), float additive when there is a bias, and ``is_causal``
     True only when the whole mask is top-left causal (SDPA's own flag).
     """
+    if adapters.requested_form(problem):  # the mask form asked for, as the module takes it
+        form = adapters.form_mask(problem, fill=float(torch.finfo(dtype).min))
+        mask = None if form.attn is None else torch.as_tensor(form.attn, device=device)
+        return {"attention_mask": mask if mask is None or mask.dtype == torch.bool
+                else mask.to(dtype),
+                "is_causal": "causal_flag" in adapters.form_parts(problem.mask_form)}
     parts = adapters.split_mask(problem, true_means="attend", key_padding=False,
                                 native_causal=("top_left",), per_head=True)
     if attn != "sdpa" or not parts.only_causal:
@@ -155,6 +162,12 @@ class HFGPT2(HFAttention):
 
     kv_source = "shared"
     features = HFAttention.features | {"cross", "grad"}
+    # GPT2Config options this name sets (the code paths they select) and the layer_idx.
+    config_options: Dict[str, Any] = {}
+    layer_idx = 0
+    # Whether the canonical scale is folded into W_q and b_q (a declared re-layout: the
+    # module multiplies q.k by its own ``scaling``, so q goes in times scale / scaling).
+    fold_scale = False
 
     def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
         # Separate leaves are needed for the gradients of query and key.
@@ -165,11 +178,19 @@ class HFGPT2(HFAttention):
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Config
 
         config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
-                            attn_implementation=self.attn)
+                            attn_implementation=self.attn, **self.config_options)
         return GPT2Attention(config, is_cross_attention=not self._self_attention,
-                             layer_idx=0).double()  # float64 before the weights go in
+                             layer_idx=self.layer_idx).double()  # float64 before the weights
 
     def load_weights(self, module, p):
+        ratio = p.effective_scale / module.scaling  # 1 when the module's scale is canonical
+        if self.fold_scale:  # q times scale / scaling: the module's q.k * scaling is canonical
+            w = p.weights
+            p = dataclasses.replace(p, weights=dataclasses.replace(
+                w, w_q=w.w_q * ratio, b_q=None if w.b_q is None else w.b_q * ratio))
+        elif abs(ratio - 1) > 1e-12:
+            raise Unsupported(f"GPT2Attention scales q.k by {module.scaling:.6g}, the problem "
+                              f"by {p.effective_scale:.6g}")
         packed = adapters.to_conv1d_packed(p.weights)  # c_attn (E, 3E), c_proj (E, E)
         _load(module.c_proj, packed["c_proj"])
         if not module.is_cross_attention:
@@ -263,6 +284,17 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
 }
 
 
+# HF's 4-D masks: eager adds an additive float mask (finfo(dtype).min where masked) of any
+# shape broadcastable to (B, H, L, S); sdpa hands a boolean or float one to SDPA, or takes
+# is_causal alone.
+_SHAPES_4D = ("BHLS", "B1LS", "11LS", "B11S", "BHL1")
+MASK_FORMS = {
+    "eager": frozenset(f"float_{s}" for s in _SHAPES_4D),
+    "sdpa": frozenset({f"{k}_{s}" for k in ("bool", "float") for s in _SHAPES_4D}
+                      | {"causal_flag"}),
+}
+
+
 def variants() -> List[type]:
     """One class per module and attention implementation: ``hf.MODEL[eager|sdpa]``."""
     out = []
@@ -271,6 +303,43 @@ def variants() -> List[type]:
             features = base.features | ({"weights"} if attn == "eager" else set())
             cls = type(f"HF_{model}_{attn}", (base,), {
                 "name": f"hf.{model}[{attn}]", "attn": attn, "features": frozenset(features),
-                "deviations": DEVIATIONS[attn], "__module__": __name__})
+                "deviations": DEVIATIONS[attn], "mask_forms": MASK_FORMS[attn],
+                "__module__": __name__})
             out.append(cls)
+    return out + gpt2_config_variants()
+
+
+# GPT2Attention's config options that change the numbers, one name each (eager and sdpa
+# where both take the option): the scale-changing ones fold the canonical scale into W_q.
+GPT2_OPTIONS = {
+    "unscaled": ({"scale_attn_weights": False}, 0, ("eager", "sdpa")),
+    "scale_by_layer": ({"scale_attn_by_inverse_layer_idx": True}, 3, ("eager", "sdpa")),
+    # reorder_and_upcast_attn is read on the eager path only (_upcast_and_reordered_attn).
+    "upcast": ({"reorder_and_upcast_attn": True}, 0, ("eager",)),
+}
+
+
+# The families a config option's path changes: every fixed case; the random shapes of the
+# hypothesis family (the most expensive per name) exercise the base name's shape handling,
+# which these options do not touch.
+PATH_FAMILIES = frozenset({"masking", "shapes", "numerics", "properties", "mask_forms", "tiles",
+                           "special_values"})
+
+
+def gpt2_config_variants() -> List[type]:
+    """``hf.gpt2[ATTN,OPTION]``: GPT2Attention built with one config option of
+    ``GPT2_OPTIONS`` (a layer_idx > 0 where the option reads it). The scale is folded into
+    W_q (declared ``fold_scale``), so every scale is expressible ("scale"); the fold changes
+    W_q's gradient, so these names declare no gradients."""
+    out = []
+    for option, (config, layer_idx, attns) in GPT2_OPTIONS.items():
+        for attn in attns:
+            features = (HFGPT2.features - {"grad"}) | {"scale"} | (
+                {"weights"} if attn == "eager" else set())
+            out.append(type(f"HF_gpt2_{attn}_{option}", (HFGPT2,), {
+                "name": f"hf.gpt2[{attn},{option}]", "attn": attn,
+                "features": frozenset(features), "deviations": DEVIATIONS[attn],
+                "mask_forms": MASK_FORMS[attn], "config_options": config,
+                "layer_idx": layer_idx, "fold_scale": True, "families": PATH_FAMILIES,
+                "__module__": __name__}))
     return out

@@ -131,8 +131,9 @@ class JaxCore(Implementation):
         scale = p.effective_scale
         g = put(cotangent(p)) if grad else None
         # The arrays go through jit as arguments; the rest of the mask is static.
-        static = {k: getattr(mask, k) for k in ("causal_only", "kinds", "causal_align")}
-        dyn_mask = {k: getattr(mask, k) for k in ("bias", "allowed", "dead_keys")}
+        static = {k: getattr(mask, k) for k in ("causal_only", "kinds", "causal_align",
+                                                "form_name")}
+        dyn_mask = {k: getattr(mask, k) for k in ("bias", "allowed", "dead_keys", "form")}
 
         def fwd(x, dyn):
             return self.forward(x, AttendMask(**dyn, **static), shape, scale)
@@ -145,8 +146,9 @@ class JaxCore(Implementation):
         else:
             fn, args = fwd, (x, dyn_mask)
         key = (type(self), device, dtype, shape, scale, grad, tuple(sorted(static["kinds"])),
-               static["causal_align"],
-               tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())),
+               static["causal_align"], static["form_name"],
+               tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())
+                     if k != "form"),
                tuple((k, v is None) for k, v in sorted(x.items())))
         compile_s = 0.0
         if key not in self._cache:

@@ -13,14 +13,24 @@ import jax
 import jax.numpy as jnp
 
 from implementations.jax_common import JaxCore, gpu_count
-from suite import cache
+from suite import adapters, cache
 from suite.plugin import Deviation
+
+# Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
+# (B, N, T, S) (fewer than 4 dimensions are expanded on the left), is_causal beside them,
+# and query_seq_lengths / key_value_seq_lengths (B,).
+JAX_NN_FORMS = frozenset(
+    {f"{kind}_{shape}" for kind in ("bool", "float")
+     for shape in ("BHLS", "B1LS", "11LS", "B11S", "BHL1", "LS")}
+    | {"kv_lengths", "kv_lengths+bool_B1LS", "q_lengths+kv_lengths", "causal_flag",
+       "causal_flag+bool_B11S", "causal_flag+kv_lengths"})
 
 
 class JaxNN(JaxCore):
     name = "jax.nn"
     repeat_kv = False
     implementation = None  # let jax choose ("xla" on CPU)
+    mask_forms = JAX_NN_FORMS
     deviations = {
         "fully_masked_rows": Deviation(
             "mean_values", "a query row with no key to attend gives the mean of the values "
@@ -39,6 +49,8 @@ class JaxNN(JaxCore):
         # Values go in untouched: what the library does with NaN padding is the measurement.
         q, k, v = q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)  # (B, L|S, H|K, D)
         kw = {"scale": scale, "implementation": self.implementation}
+        if mask.form_name:  # the mask form asked for, as the library takes it
+            return _form_call(q, k, v, mask, kw), None
         if mask.causal_only:
             kw["is_causal"] = True
         elif mask.bias is not None:
@@ -48,10 +60,26 @@ class JaxNN(JaxCore):
         return out.swapaxes(1, 2), None  # (B, H, L, D)
 
 
+def _form_call(q, k, v, mask, kw):
+    """jax.nn.dot_product_attention with the form's parts as its own arguments."""
+    form = mask.form
+    if form.attn is not None:
+        # A boolean form is its ``mask`` (True = attend); a float form its ``bias``.
+        kw["mask" if form.attn.dtype == jnp.bool_ else "bias"] = form.attn
+    kw["is_causal"] = "causal_flag" in adapters.form_parts(mask.form_name)
+    kw["key_value_seq_lengths"] = form.kv_lengths
+    kw["query_seq_lengths"] = form.q_lengths
+    out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, L, H, D)
+    return out.swapaxes(1, 2)  # (B, H, L, D)
+
+
+
+
 class JaxNNCudnn(JaxNN):
     name = "jax.nn[cudnn]"
     implementation = "cudnn"
     features = JaxNN.features - {"bool_mask", "valid_lens", "causal_bottom_right", "grad"}
+    mask_forms = frozenset({"causal_flag"})  # cudnn takes no boolean mask
 
     def devices(self) -> List[str]:
         return [f"cuda:{i}" for i in range(gpu_count())]

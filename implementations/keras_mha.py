@@ -85,8 +85,26 @@ def build_layer(p: Problem, dtype: str):
     return layer
 
 
+# Mask forms the layer takes: ``attention_mask`` (B, L, S) (True = attend), ``use_causal_mask``
+# beside it or alone (alone it takes the backend's fused causal kernel), ``value_mask`` (B, S)
+# and ``query_mask`` (B, L), the masks Keras's masking carries on its inputs.
+MASK_FORMS = frozenset({"bool_BLS", "causal_flag", "causal_flag+bool_BLS", "kpm_bool",
+                        "kpm_bool+bool_BLS", "causal_flag+kpm_bool", "qpm_bool",
+                        "qpm_bool+kpm_bool"})
+
+
 def call_kwargs(p: Problem) -> Dict[str, Any]:
-    """The canonical mask as the layer's ``attention_mask`` (B, L, S) and ``use_causal_mask``."""
+    """The canonical mask as the layer's ``attention_mask`` (B, L, S) and ``use_causal_mask``
+    (for a requested mask form: its parts as the layer's own keywords)."""
+    if adapters.requested_form(p):
+        form = adapters.form_mask(p)
+        kw = {"attention_mask": form.attn,
+              "use_causal_mask": "causal_flag" in adapters.form_parts(p.mask_form)}
+        if form.key_padding is not None:
+            kw["value_mask"] = form.key_padding  # (B, S), True = attend
+        if form.query_mask is not None:
+            kw["query_mask"] = form.query_mask  # (B, L), True = the row attends
+        return kw
     parts = adapters.split_mask(p, true_means="attend", key_padding=False,
                                 native_causal=("top_left",), per_head=False)
     if parts.bias is not None:
@@ -116,6 +134,7 @@ class KerasMHA(Implementation):
     framework = "keras"
     array_library = BACKEND  # the sweep's matmul peak and memory method
     features = FEATURES
+    mask_forms = MASK_FORMS
     with_weights = False
     deviations: Dict[str, Deviation] = {
         "fully_masked_rows": Deviation(
@@ -151,8 +170,9 @@ class KerasMHA(Implementation):
         with keras.device("cpu"):
             layer = build_layer(p, dtype)
             x = [keras.ops.convert_to_tensor(a, dtype=dtype) for a in (p.query, p.key, p.value)]
-            if kw["attention_mask"] is not None:
-                kw["attention_mask"] = keras.ops.convert_to_tensor(kw["attention_mask"])
+            for name in ("attention_mask", "value_mask", "query_mask"):
+                if kw.get(name) is not None:
+                    kw[name] = keras.ops.convert_to_tensor(kw[name])
             g = keras.ops.convert_to_tensor(cotangent(p), dtype=dtype) if grad else None
         if grad and BACKEND == "torch":
             x = [t.requires_grad_(True) for t in x]  # separate leaves, each with its gradient
@@ -167,19 +187,21 @@ class KerasMHA(Implementation):
         import jax
 
         layer, kw = state["layer"], state["kwargs"]
-        mask = kw.pop("attention_mask")
+        masks = {n: kw.pop(n) for n in ("attention_mask", "value_mask", "query_mask") if n in kw}
         variables = ([v.value for v in layer.trainable_variables],
                      [v.value for v in layer.non_trainable_variables])
         key = (dtype, p.B, p.L, p.S, p.E, p.H, len(variables[0]), state["grad"],
-               None if mask is None else tuple(mask.shape), tuple(sorted(kw.items())))
+               tuple((n, None if m is None else tuple(m.shape)) for n, m in masks.items()),
+               tuple(sorted(kw.items())))
+        mask = masks
         args = (*variables, *state["inputs"], mask)
         if state["grad"]:
             args = (*args, state["cotangent"])
         start = time.perf_counter()
         if key not in self._compiled:
-            def fwd(trainable, non_trainable, q, k, v, attention_mask):
+            def fwd(trainable, non_trainable, q, k, v, masks):
                 out, _ = layer.stateless_call(trainable, non_trainable, q, v, key=k,
-                                              attention_mask=attention_mask, **kw)
+                                              **masks, **kw)
                 return out
 
             def fwd_bwd(trainable, non_trainable, q, k, v, attention_mask, g):

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import TorchCore, _np
+from implementations.torch_nn import TORCH_NN_FORMS, form_masks
 from suite import adapters
 from suite.plugin import Deviation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
@@ -39,6 +40,7 @@ class TorchFMHA(TorchCore):
                           "cross", "grad"})
     deviations = {"nan_padding": _NAN_PADDING}
     need_weights = False
+    mask_forms = TORCH_NN_FORMS  # the module's masks are this function's
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
@@ -59,7 +61,7 @@ class TorchFMHA(TorchCore):
         inputs = {n: put(np.swapaxes(a, 0, 1)) for n, a in
                   (("query", p.query), ("key", p.key), ("value", p.value))}
         return {"p": p, "device": dev, "params": params, "inputs": inputs, "grad": grad,
-                **fmha_masks(p, dev, t),
+                **(form_masks(p, dev, t) if adapters.requested_form(p) else fmha_masks(p, dev, t)),
                 "cotangent": torch.as_tensor(np.swapaxes(cotangent(p), 0, 1),
                                              device=dev).to(t) if grad else None,
                 "compile_s": None}

@@ -7,6 +7,26 @@ shape (B,) becomes ``key_padding_mask`` (B, S); every other part goes to ``attn_
 boolean (L, S) or (B*H, L, S) when there is no bias, else float (bias, -inf where masked).
 Self-attention without gradients passes one tensor as query, key and value, so torch
 may take its inference fast path, as it would for a user's model in eval mode.
+
+Code paths of ``nn.MultiheadAttention.forward`` (torch/nn/modules/activation.py and
+``F.multi_head_attention_forward``), one name each:
+
+- ``torch.nn``: ``need_weights=True, average_attn_weights=False``: the explicit softmax
+  that returns per-head weights (B, H, L, S); its self-attention cases (one tensor, no
+  gradients) take the fast path's kernel with ``need_weights=True`` (need_weights is not a
+  condition of ``why_not_fast_path`` in torch 2.13);
+- ``torch.nn[sdpa]``: ``need_weights=False`` on separate query, key and value: the module
+  canonicalises the masks and ``multi_head_attention_forward`` calls SDPA;
+- ``torch.nn[fast]``: the inference fast path (``torch._native_multi_head_attention``)
+  without weights: eval mode, ``need_weights=False``, one tensor as query, key and value
+  (``kv_source="self"``), batch_first, an even head count, boolean masks only (a float mask
+  is one of the conditions ``why_not_fast_path`` names, so its float forms run the SDPA
+  path), no gradients. Its masks are merged by ``merge_masks`` (mask type 0, 1 or 2).
+
+Not covered: ``average_attn_weights=True`` (it only averages the returned weights over heads;
+the output is the ``torch.nn`` path's), ``add_bias_kv``/``add_zero_attn``/``kdim``/``vdim``
+(they change the problem, not the path), training with dropout (random numbers: no
+reference), and nested-tensor inputs.
 """
 
 from __future__ import annotations
@@ -18,12 +38,36 @@ import torch
 
 from implementations.torch_common import TorchCore, _np
 from suite import adapters
-from suite.plugin import Deviation, Result
+from suite.plugin import Deviation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
+
+# Mask forms nn.MultiheadAttention takes: attn_mask (L, S) or (B*H, L, S), boolean (True =
+# masked) or additive float, key_padding_mask (B, S) boolean or float, mixed kinds (bool
+# padding beside a float mask, which it converts with a deprecation warning), and the
+# is_causal hint given with the causal attn_mask.
+TORCH_NN_FORMS = frozenset({
+    "bool_LS", "float_LS", "bool_BHxLS", "float_BHxLS", "kpm_bool", "kpm_float",
+    "kpm_bool+bool_LS", "kpm_bool+bool_BHxLS", "kpm_bool+float_LS", "kpm_float+float_LS",
+    "kpm_float+float_BHxLS", "causal_hint+bool_LS", "causal_hint+kpm_bool+bool_LS"})
+
+
+def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
+    """The requested mask form as (attn_mask, key_padding_mask, is_causal) keywords, in
+    nn.MultiheadAttention's polarity (bool True = NOT allowed) and shapes."""
+    form = adapters.form_mask(p, true_means="masked")
+
+    def put(a):
+        x = None if a is None else torch.as_tensor(np.ascontiguousarray(a), device=dev)
+        return x.to(t) if x is not None and x.is_floating_point() else x
+
+    return {"attn_mask": put(form.attn), "key_padding_mask": put(form.key_padding),
+            "is_causal": "causal_hint" in adapters.form_parts(p.mask_form)}
 
 
 class TorchNN(TorchCore):
     name = "torch.nn"
+    mask_forms = TORCH_NN_FORMS
+    need_weights = True  # the path this name measures (with per-head weights)
     # No GQA (one head count for q, k and v); no explicit scale (always 1/sqrt(D)).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "weights", "grad"})
@@ -67,10 +111,14 @@ class TorchNN(TorchCore):
             inputs = {"query": x, "key": x, "value": x}
         else:  # separate leaves, so each gets its own gradient
             inputs = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
-        attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
+        if adapters.requested_form(p):
+            masks = form_masks(p, dev, t)
+        else:
+            attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
+            masks = {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask,
+                     "is_causal": False}
         return {"p": p, "device": dev, "mha": mha, "inputs": inputs, "grad": grad,
-                "need_weights": need_weights, "attn_mask": attn_mask,
-                "key_padding_mask": key_padding_mask,
+                "need_weights": self.need_weights, **masks,
                 "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
                 "compile_s": None}
 
@@ -78,7 +126,8 @@ class TorchNN(TorchCore):
         x = s["inputs"]
         return s["mha"](x["query"], x["key"], x["value"], attn_mask=s["attn_mask"],
                         key_padding_mask=s["key_padding_mask"], need_weights=s["need_weights"],
-                        average_attn_weights=False)  # weights (B, H, L, S)
+                        average_attn_weights=False,  # weights (B, H, L, S)
+                        is_causal=s["is_causal"])
 
     def run(self, s: Dict[str, Any]):
         if not s["grad"]:
@@ -106,6 +155,35 @@ class TorchNN(TorchCore):
                 "out_proj_weight": g(mha.out_proj.weight), "out_proj_bias": g(mha.out_proj.bias)}))
             grads = {n: g for n, g in grads.items() if n in GRAD_NAMES}
         return Result(_np(out), None if weights is None else _np(weights), grads)
+
+
+class TorchNNSDPA(TorchNN):
+    """need_weights=False on separate inputs: the module's mask handling, then SDPA."""
+
+    name = "torch.nn[sdpa]"
+    features = TorchNN.features - {"weights"}
+    need_weights = False
+    deviations = {"nan_padding": TorchNN.deviations["nan_padding"]}
+    # Every fixed case and the gradients; not the random shapes (the base name's shape
+    # handling, which need_weights does not change).
+    families = frozenset({"masking", "shapes", "numerics", "properties", "gradients",
+                          "mask_forms", "tiles", "special_values"})
+
+
+class TorchNNFast(TorchNN):
+    """The inference fast path: one tensor as query, key and value, need_weights=False,
+    eval mode, no gradients (each a condition of ``why_not_fast_path``)."""
+
+    name = "torch.nn[fast]"
+    kv_source = "self"
+    features = TorchNN.features - {"weights", "grad", "cross"}
+    need_weights = False
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if problem.H % 2:  # an odd head count is a condition of why_not_fast_path
+            raise Unsupported(f"the fast path needs an even head count, got H={problem.H}")
+        return super().prepare(problem, device, dtype, need_weights=False, grad=False)
 
 
 def torch_nn_masks(p: Problem, dev: torch.device, t: torch.dtype

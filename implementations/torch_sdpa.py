@@ -33,10 +33,23 @@ def _has_gqa() -> bool:
 HAS_GQA = _has_gqa()
 
 
+# Mask forms SDPA takes natively: attn_mask broadcastable to (B, H, L, S), boolean (True =
+# attend) or additive float, 2-D or 4-D with any broadcast axis (a key axis of 1 included),
+# and is_causal (which SDPA refuses beside an attn_mask).
+SDPA_FORMS = frozenset({f"{kind}_{shape}" for kind in ("bool", "float")
+                        for shape in ("BHLS", "B1LS", "11LS", "B11S", "BHL1", "LS")}
+                       | {"causal_flag"})
+
+
 def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
     kw = {"scale": scale}
     if HAS_GQA and q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
+    if mask.form_name:  # the mask form asked for, as the library takes it
+        if mask.form.attn is not None:
+            kw["attn_mask"] = mask.form.attn
+        return F.scaled_dot_product_attention(q, k, v, is_causal=mask.form_name == "causal_flag",
+                                              **kw)
     if mask.causal_only:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
     if mask.bias is None:
@@ -49,6 +62,7 @@ def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
     repeat_kv = not HAS_GQA
+    mask_forms = SDPA_FORMS
     deviations: Dict[str, Deviation] = {
         "nan_padding": Deviation("confined", "NaN in a masked key or value position gives NaN "
                                  "rows: SDPA adds the mask to q.k^T (NaN + -inf is NaN) and "

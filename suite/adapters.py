@@ -235,6 +235,10 @@ class AttendMask:
     causal_only: bool = False
     kinds: frozenset = frozenset()
     causal_align: str = "top_left"
+    # The mask form asked for (``requested_form``) and its arrays (``form_mask``, True =
+    # attend, -inf fill, in the kernel's array type), or "" and None.
+    form_name: str = ""
+    form: Optional[FormMask] = None
 
     def replace(self, **arrays: Any) -> AttendMask:
         return dataclasses.replace(self, **arrays)
@@ -249,9 +253,167 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
         return AttendMask(causal_align=m.causal_align)
     parts = split_mask(problem, key_padding=False, native_causal=())  # everything in "mask"
     dead = parts.dead_keys()
+    form_name, form = requested_form(problem) or "", None
+    if form_name:
+        form = form_mask(problem).map(
+            lambda a: put_bool(a) if a.dtype == bool else a if a.dtype.kind == "i"
+            else put_float(a))
     return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
                       None if dead is None else put_bool(dead), m.kinds == {"causal"},
-                      m.kinds, m.causal_align)
+                      m.kinds, m.causal_align, form_name, form)
+
+
+# ------------------------------------------------------------------------- mask forms
+
+@dataclasses.dataclass(frozen=True)
+class FormProblem(Problem):
+    """A problem to be given to the library in the mask form ``mask_form`` (a name of
+    ``suite.plugin.MASK_FORMS``); everything else, the oracle included, reads it as the
+    canonical problem."""
+
+    mask_form: str = ""
+
+
+def with_form(problem: Problem, form: str) -> FormProblem:
+    """``problem`` asking for mask form ``form`` (checked against ``MASK_FORMS``)."""
+    from suite.plugin import MASK_FORMS
+
+    if form not in MASK_FORMS:
+        raise ValueError(f"form: expected one of {sorted(MASK_FORMS)}, got {form!r}")
+    fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(Problem)}
+    return FormProblem(**fields, mask_form=form)
+
+
+def requested_form(problem: Problem) -> Optional[str]:
+    """The mask form the ``mask_forms`` family asks for, or None (the plugin's usual
+    translation)."""
+    return getattr(problem, "mask_form", None) or None
+
+
+def form_parts(form: str) -> Tuple[str, ...]:
+    """The parts of a form name: "kpm_bool+bool_LS" -> ("kpm_bool", "bool_LS")."""
+    return tuple(form.split("+"))
+
+
+class FormMask(NamedTuple):
+    """A mask form's arrays, shaped as the library takes them (None: not in the form).
+
+    attn: the attention mask in the form's shape (bool in the library's polarity, or float
+        additive with ``fill`` where masked); key_padding: (B, S) bool in the library's
+        polarity or float 0/``fill``; query_mask: (B, L) bool, True = the row attends;
+    kv_lengths, q_lengths: (B,) int32 lengths. The causal flag is in the form's name
+    (``"causal_flag" in form_parts(form)``), not here: it is static where arrays are traced.
+    """
+
+    attn: Any = None
+    key_padding: Any = None
+    query_mask: Any = None
+    kv_lengths: Any = None
+    q_lengths: Any = None
+
+    def map(self, fn: Callable[[np.ndarray], Any]) -> FormMask:
+        """The same form with each present array passed through ``fn`` (to a device)."""
+        return FormMask(*(None if a is None else fn(a) for a in self))
+
+
+_SHAPES = {"BHLS": "BHLS", "B1LS": "B1LS", "11LS": "11LS", "B11S": "B11S", "BHL1": "BHL1",
+           "LS": "11LS", "BLS": "B1LS", "BHxLS": "BHLS"}  # shape -> the 4-D pattern it holds
+
+
+def _reduce(a: np.ndarray, pattern: str, form: str) -> np.ndarray:
+    """(B, H, L, S) -> the pattern's 4-D shape: each "1" axis must be constant, then is
+    kept with size 1 (the library broadcasts it); Unsupported when the mask varies there."""
+    for axis, letter in enumerate(pattern):
+        if letter == "1" and a.shape[axis] > 1:
+            first = np.take(a, [0], axis=axis)
+            if not np.array_equal(a, np.broadcast_to(first, a.shape), equal_nan=True):
+                raise Unsupported(f"mask form {form}: the mask varies along axis "
+                                  f"{'BHLS'[axis]}, which the form broadcasts")
+            a = first
+    return a
+
+
+def form_mask(problem: Problem, form: Optional[str] = None, *, true_means: str = "attend",
+              fill: float = -np.inf, dtype=np.float64) -> FormMask:
+    """The canonical mask of ``problem`` in mask form ``form`` (default: the requested
+    one), as the library takes it, without materialising what the library broadcasts.
+
+    Native parts come from the canonical mask's own structure: ``causal_flag`` from its
+    top-left causal part, ``kpm_*``/``kv_lengths`` from ``valid_lens`` of shape (B,),
+    ``qpm_bool``/``q_lengths`` from query rows no key may be attended from; what remains
+    (boolean parts and the bias) goes into the form's attention mask, reduced to its shape.
+    A problem the form cannot express raises ``Unsupported`` naming what is left over.
+    true_means: the library's boolean polarity ("attend" or "masked"); fill: the additive
+    value where masked (-inf, or the library's own such as ``np.finfo(t).min``), in ``dtype``.
+    """
+    from suite.plugin import MASK_FORMS
+
+    form = requested_form(problem) if form is None else form
+    if form not in MASK_FORMS:
+        raise ValueError(f"form: expected one of {sorted(MASK_FORMS)}, got {form!r}")
+    if true_means not in CONVENTIONS:
+        raise ValueError(f"true_means: expected one of {CONVENTIONS}, got {true_means!r}")
+    parts = form_parts(form)
+    m, B, H, L, S = problem.mask, problem.B, problem.H, problem.L, problem.S
+    rest = m
+    out: Dict[str, Any] = {}
+
+    def polarity(a: np.ndarray) -> np.ndarray:
+        return a if true_means == "attend" else ~a
+
+    if "causal_flag" in parts:
+        if not (m.causal and m.causal_align == "top_left"):
+            raise Unsupported(f"mask form {form}: the problem has no top-left causal mask")
+        rest = dataclasses.replace(rest, causal=False)
+    if {"kpm_bool", "kpm_float", "kv_lengths"} & set(parts):
+        if m.valid_lens is None or np.ndim(m.valid_lens) != 1:
+            raise Unsupported(f"mask form {form}: the problem has no key lengths (B,)")
+        lens = np.asarray(m.valid_lens)
+        keep = np.arange(S)[None, :] < lens[:, None]  # (B, S), True = attend
+        if "kv_lengths" in parts:
+            out["kv_lengths"] = lens.astype(np.int32)
+        elif "kpm_bool" in parts:
+            out["key_padding"] = polarity(keep)
+        else:
+            out["key_padding"] = np.where(keep, 0.0, fill).astype(dtype)
+        rest = dataclasses.replace(rest, valid_lens=None)
+    allowed = rest.dense_allowed(B, H, L, S)  # (B, H, L, S), True = attend
+    if {"qpm_bool", "q_lengths"} & set(parts):
+        rows = allowed.any(axis=-1)  # (B, H, L): rows that attend some key
+        if not (rows == rows[:, :1]).all():
+            raise Unsupported(f"mask form {form}: the empty query rows differ between heads")
+        rows = rows[:, 0]  # (B, L)
+        if "q_lengths" in parts:
+            lens = rows.sum(axis=-1)
+            if not (rows == (np.arange(L)[None, :] < lens[:, None])).all():
+                raise Unsupported(f"mask form {form}: the empty query rows are not a suffix")
+            out["q_lengths"] = lens.astype(np.int32)
+        else:
+            out["query_mask"] = rows
+        allowed = allowed | ~rows[:, None, :, None]  # those rows are masked by the query part
+    attn = [p for p in parts if p.split("_", 1)[0] in ("bool", "float")]
+    bias = None if m.bias is None else np.broadcast_to(np.asarray(m.bias, np.float64),
+                                                       (B, H, L, S))
+    if not attn:
+        if not allowed.all() or bias is not None:
+            raise Unsupported(f"mask form {form}: the problem's mask has parts the form has "
+                              f"no place for")
+        return FormMask(**out)
+    kind, shape = attn[0].split("_", 1)
+    if kind == "bool":
+        if bias is not None:
+            raise Unsupported(f"mask form {form}: a boolean mask cannot carry the bias")
+        a = _reduce(allowed, _SHAPES[shape], form)
+    else:
+        a = _reduce(np.where(allowed, 0.0 if bias is None else bias, fill), _SHAPES[shape], form)
+    if shape == "LS":
+        a = a[0, 0]  # (L, S)
+    elif shape == "BLS":
+        a = a[:, 0]  # (B, L, S)
+    elif shape == "BHxLS":
+        a = a.reshape(B * H, L, S)  # (B*H, L, S), batch-major as torch.nn flattens
+    out["attn"] = polarity(a) if kind == "bool" else a.astype(dtype)
+    return FormMask(**out)
 
 
 # --------------------------------------------------------------------------- weights

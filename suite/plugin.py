@@ -29,6 +29,15 @@ Deviation("nan", "measured reason")}`` says what the plugin does where it differ
 spec, and the conformance run checks that the affected rows do exactly that and that
 every other row passes the agreement rule (``POLICIES`` lists the behaviours and policies).
 
+Mask forms (``mask_forms``): the forms of mask the library takes natively (``MASK_FORMS``:
+a 2-D (L, S) mask, a mask with a broadcast dimension of 1, a (B, S) key padding mask beside
+an attention mask, boolean beside additive, a native causal flag, ...). The ``mask_forms``
+family runs each declared form against the same problem: the plugin reads the requested form
+with ``suite.adapters.requested_form(problem)`` and gets the form's arrays, shaped as the
+library takes them (nothing the library broadcasts is materialised), from
+``suite.adapters.form_mask(problem, ...)``. The default declares none: the family reports
+unsupported and every other case runs the plugin's usual translation.
+
 The other attributes and hooks (``array_library``, ``kv_source``, ``memory_model``,
 ``repeat_kv``, ``replaces_builtin``, ``repro_code``, ``after_prepare``) are declared on
 ``Implementation`` with their defaults and what reads them; ``suite.adapters`` translates
@@ -64,6 +73,61 @@ POLICIES: Dict[str, Dict[str, str]] = {
     },
 }
 DEVIATIONS = frozenset(POLICIES)
+
+# Mask forms a plugin may declare (``mask_forms``): one or more parts joined by "+", each the
+# library's own argument in the shape written (its boolean polarity is the library's).
+# Shapes name the canonical axes (B batch, H heads, L queries, S keys); "1" is an axis of
+# size 1 the library broadcasts, "BH" the flattened (B*H) axis of torch.nn's 3-D masks.
+_ATTN_SHAPES = {
+    "BHLS": "(B, H, L, S), materialised in full",
+    "B1LS": "(B, 1, L, S), broadcast over heads",
+    "11LS": "(1, 1, L, S), broadcast over batch and heads",
+    "B11S": "(B, 1, 1, S), a query dimension of 1 (padding as a 4-D mask)",
+    "BHL1": "(B, H, L, 1), a key dimension of 1 (whole query rows)",
+    "LS": "(L, S), a 2-D mask broadcast over batch and heads",
+    "BLS": "(B, L, S), a head-free 3-D mask",
+    "BHxLS": "(B*H, L, S), torch.nn's 3-D per-head mask",
+}
+MASK_PARTS: Dict[str, str] = {
+    **{f"bool_{s}": f"a boolean mask {d}" for s, d in _ATTN_SHAPES.items()},
+    **{f"float_{s}": f"an additive float mask {d}, -inf (or the library's fill) where "
+                     "masked" for s, d in _ATTN_SHAPES.items()},
+    "kpm_bool": "a boolean (B, S) key padding mask beside the attention mask",
+    "kpm_float": "an additive float (B, S) key padding mask (0 or -inf)",
+    "kv_lengths": "key lengths (B,) ints: key j is visible iff j < length",
+    "q_lengths": "query lengths (B,) ints: query row i attends iff i < length",
+    "qpm_bool": "a boolean (B, L) query mask: a masked query row attends no key",
+    "causal_flag": "the library's causal flag (top-left), the rest of the mask beside it",
+    "causal_hint": "the causal flag given together with the causal mask itself as the "
+                   "attention mask (torch.nn's is_causal hint)",
+}
+# Forms the mask_forms family has a case for: each its parts joined by "+".
+MASK_FORMS: Dict[str, str] = {}
+for _s in _ATTN_SHAPES:
+    for _kind in ("bool", "float"):
+        MASK_FORMS[f"{_kind}_{_s}"] = MASK_PARTS[f"{_kind}_{_s}"]
+MASK_FORMS.update({
+    "kpm_bool": MASK_PARTS["kpm_bool"] + ", alone",
+    "kpm_float": MASK_PARTS["kpm_float"] + ", alone",
+    "kpm_bool+bool_LS": "key padding (B, S) beside a 2-D (L, S) boolean mask",
+    "kpm_bool+bool_BHxLS": "key padding (B, S) beside a 3-D (B*H, L, S) boolean mask",
+    "kpm_bool+float_LS": "a boolean key padding mask beside an additive 2-D mask (mixed kinds)",
+    "kpm_float+float_LS": "additive key padding beside an additive 2-D mask",
+    "kpm_float+float_BHxLS": "additive key padding beside an additive 3-D mask",
+    "kpm_bool+bool_BLS": "key padding (B, S) beside a head-free (B, L, S) mask",
+    "kv_lengths": MASK_PARTS["kv_lengths"] + ", alone",
+    "kv_lengths+bool_B1LS": "key lengths beside a (B, 1, L, S) boolean mask",
+    "q_lengths+kv_lengths": "query and key lengths together",
+    "qpm_bool": MASK_PARTS["qpm_bool"] + ", alone",
+    "qpm_bool+kpm_bool": "query mask (B, L) and key padding (B, S) together",
+    "causal_flag": "the causal flag alone",
+    "causal_flag+bool_B11S": "the causal flag beside a (B, 1, 1, S) padding mask",
+    "causal_flag+bool_BLS": "the causal flag beside a head-free (B, L, S) mask",
+    "causal_flag+kpm_bool": "the causal flag beside a (B, S) key padding mask",
+    "causal_flag+kv_lengths": "the causal flag beside key lengths",
+    "causal_hint+bool_LS": "is_causal=True with the causal (L, S) mask as attn_mask",
+    "causal_hint+kpm_bool+bool_LS": "the causal hint and mask beside key padding",
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +201,14 @@ class Implementation:
     # Source of ``attend(q, k, v, allowed, bias, scale)`` over NumPy arrays calling the library
     # as this plugin does, for ``mha-suite repro`` (None: no standalone reproducer).
     repro_code: ClassVar[Optional[str]] = None
+    # Mask forms (names in ``MASK_FORMS``) the library takes natively: the ``mask_forms``
+    # family gives the plugin each one (``suite.adapters.requested_form``) and compares it
+    # with the oracle on the same problem. Empty (the default): the family is unsupported.
+    mask_forms: ClassVar[FrozenSet[str]] = frozenset()
+    # The case families this name runs (None: all). A built-in variant that differs from its
+    # base in one code path names the families that path changes, which keeps the CI's cost
+    # down; the other families are reported unsupported with the list.
+    families: ClassVar[Optional[FrozenSet[str]]] = None
 
     def framework_version(self) -> str:
         return "unknown"
@@ -263,6 +335,18 @@ def check_interface(cls: type) -> None:
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
+    families = getattr(cls, "families", None)
+    if families is not None and (isinstance(families, str)
+                                 or not all(isinstance(f, str) for f in families)):
+        raise TypeError(f"{cls.__name__}.families: expected None or a set of family names, "
+                        f"got {families!r}")
+    forms = getattr(cls, "mask_forms", frozenset())
+    if isinstance(forms, str) or not all(isinstance(f, str) for f in forms):
+        raise TypeError(f"{cls.__name__}.mask_forms: expected a set of form names, got {forms!r}")
+    unknown = set(forms) - set(MASK_FORMS)
+    if unknown:
+        raise TypeError(f"{cls.__name__} declares unknown mask forms {sorted(unknown)}; "
+                        f"known: {sorted(MASK_FORMS)}")
     for behaviour, dev in dict(getattr(cls, "deviations", {})).items():
         if behaviour not in POLICIES:
             raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "

@@ -37,6 +37,8 @@ BUILTINS: Dict[str, str] = {
     "torch.eager": "implementations.torch_eager:TorchEager",
     "torch.sdpa": "implementations.torch_sdpa:TorchSDPA",
     "torch.nn": "implementations.torch_nn:TorchNN",
+    "torch.nn[sdpa]": "implementations.torch_nn:TorchNNSDPA",
+    "torch.nn[fast]": "implementations.torch_nn:TorchNNFast",
     "torch.F_mha": "implementations.torch_fmha:TorchFMHA",
     "torch.F_mha+weights": "implementations.torch_fmha:TorchFMHAWeights",
     "jax.jit": "implementations.jax_jit:JaxJit",

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from suite import adapters, cases
+from suite import adapters, cases, mask_forms
 from suite.adapters import Param
 from suite.oracle import oracle
 from suite.oracle_grad import grads as oracle_grads
@@ -357,3 +357,129 @@ def test_attend_mask_is_the_canonical_mask(case):
         np.testing.assert_array_equal(np.broadcast_to(m.dead_keys[..., 0], (B, H, S)), dead)
     assert m.causal_only == (p.mask.kinds == {"causal"}) and m.kinds == p.mask.kinds
     assert adapters.attend_mask(make_problem(0)).bias is None
+
+
+# --------------------------------------------------------------------------- mask forms
+
+def _dense_from_form(form: adapters.FormMask, name: str, p, true_means: str) -> np.ndarray:
+    """What a library computes from a form's parts: the additive (B, H, L, S) mask, with its
+    own broadcasting (a 2-D mask over batch and heads, (B*H) split batch-major, ...)."""
+    B, H, L, S = p.B, p.H, p.L, p.S
+    parts = adapters.form_parts(name)
+    out = np.zeros((B, H, L, S))
+
+    def attend(a):
+        return a if true_means == "attend" else ~a
+
+    if form.attn is not None:
+        a = form.attn
+        a = a.reshape(B, H, L, S) if "BHxLS" in name.split("_", 1)[-1] else a
+        a = a[:, None] if a.ndim == 3 else a  # (B, L, S) head-free
+        out = out + (np.where(attend(a), 0.0, -np.inf) if a.dtype == bool else a)
+    if form.key_padding is not None:
+        kp = form.key_padding
+        kp = np.where(attend(kp), 0.0, -np.inf) if kp.dtype == bool else kp
+        out = out + kp[:, None, None, :]  # (B, 1, 1, S)
+    if form.kv_lengths is not None:
+        out = np.where(np.arange(S) < form.kv_lengths[:, None, None, None], out, -np.inf)
+    if form.q_lengths is not None:
+        out = np.where((np.arange(L) < form.q_lengths[:, None])[:, None, :, None], out, -np.inf)
+    if form.query_mask is not None:
+        out = np.where(form.query_mask[:, None, :, None], out, -np.inf)
+    if "causal_flag" in parts:
+        out = np.where(adapters.causal_allowed(L, S), out, -np.inf)
+    return out
+
+
+@pytest.mark.parametrize("form_case", mask_forms.CASES, ids=lambda c: c.form)
+@pytest.mark.parametrize("true_means", ["attend", "masked"])
+def test_form_mask_broadcasts_back_to_the_canonical_mask(form_case, true_means):
+    """Each form's parts, broadcast as a library does, give exactly the canonical mask, and
+    the attention mask keeps the form's own shape (nothing broadcast is materialised)."""
+    p = form_case.problem()
+    form = adapters.form_mask(adapters.with_form(p, form_case.form), true_means=true_means)
+    expected = p.mask.dense_bias(p.B, p.H, p.L, p.S)  # (B, H, L, S)
+    got = np.broadcast_to(_dense_from_form(form, form_case.form, p, true_means), expected.shape)
+    np.testing.assert_array_equal(got, expected)
+    shapes = {"BHLS": (2, 4, 9, 67), "B1LS": (2, 1, 9, 67), "11LS": (1, 1, 9, 67),
+              "B11S": (2, 1, 1, 67), "BHL1": (2, 4, 9, 1), "LS": (9, 67), "BLS": (2, 9, 67),
+              "BHxLS": (8, 9, 67)}
+    attn = [x for x in adapters.form_parts(form_case.form) if x.split("_")[0] in ("bool", "float")]
+    assert (form.attn is None) == (not attn)
+    if attn:
+        assert form.attn.shape == shapes[attn[0].split("_", 1)[1]]
+
+
+def test_form_mask_refuses_a_mask_the_form_cannot_express():
+    """A mask that varies over heads has no (L, S) form: Unsupported, naming the axis."""
+    p = make_problem(0, 2, 5, 7, 16, 4, mask=Mask(allowed=np.random.default_rng(0).random(
+        (2, 4, 5, 7)) < 0.7))
+    with pytest.raises(Unsupported, match="varies along axis B"):
+        adapters.form_mask(p, "bool_LS")
+    with pytest.raises(Unsupported, match="no key lengths"):
+        adapters.form_mask(p, "kpm_bool")
+    with pytest.raises(ValueError, match="form: expected one of"):
+        adapters.form_mask(p, "bool_XY")
+
+
+def test_check_interface_refuses_unknown_mask_forms():
+    from implementations.numpy_mha import NumpyMHA
+    from suite.plugin import check_interface
+
+    bad = type("Bad", (NumpyMHA,), {"mask_forms": frozenset({"bool_LS", "bool_2d"})})
+    with pytest.raises(TypeError, match=r"unknown mask forms \['bool_2d'\]"):
+        check_interface(bad)
+    check_interface(type("Good", (NumpyMHA,), {"mask_forms": frozenset({"bool_LS"})}))
+
+
+def _buggy_library(q, k, v, allowed, scale):
+    """A 'library' whose query-broadcast path is wrong: a mask with a query axis of 1 is
+    applied to the first query row only (as a kernel that misreads a stride of 0 would)."""
+    allowed = np.asarray(allowed, dtype=bool)
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if allowed.ndim == 4 and allowed.shape[2] == 1 and L > 1:
+        row0 = np.broadcast_to(allowed, (B, H, 1, S))
+        allowed = np.concatenate([row0, np.ones((B, H, L - 1, S), bool)], axis=2)
+    scores = np.where(allowed, q @ k.transpose(0, 1, 3, 2) * scale, -np.inf)  # (B, H, L, S)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return (scores / scores.sum(-1, keepdims=True)) @ v  # (B, H, L, D)
+
+
+def _buggy_plugin():
+    from implementations.numpy_mha import NumpyCore
+
+    class Buggy(NumpyCore):
+        name = "buggy"
+        features = frozenset({"valid_lens", "causal", "bool_mask", "cross", "scale"})
+        mask_forms = frozenset({"bool_BHLS", "bool_B11S", "bool_LS"})
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            if mask.form_name:
+                allowed = mask.form.attn
+            elif mask.allowed is not None:
+                allowed = mask.allowed  # the full (B, H, L, S) mask, as adapters pass it
+            else:
+                allowed = np.ones((1, 1, 1, 1), bool)
+            return _buggy_library(q, k, v, allowed, scale), None
+
+    return Buggy()
+
+
+def test_a_library_broadcast_bug_is_caught_by_mask_forms_only():
+    """The planted bug passes every masking case (their masks reach the library
+    materialised in full) and fails the mask_forms case of the broken broadcast path."""
+    from suite.check import Outcome, run_case, run_problem
+
+    impl = _buggy_plugin()
+    spec_rows = ("nan_padding", "fully_masked_valid_lens", "fully_masked_bool_row")
+    old = [run_case(impl, "buggy", "cpu", "float64", c) for c in cases.CASES
+           if c.family == "masking" and c.name not in spec_rows]  # rows it has no policy for
+    assert old and all(o.outcome in ("pass", "unsupported") for o in old), \
+        [(o.case, o.outcome, o.reason) for o in old if o.outcome not in ("pass", "unsupported")]
+    verdicts = {}
+    for c in mask_forms.CASES:
+        if c.form in impl.mask_forms:
+            out = Outcome("buggy", "cpu", "float64", c.family, c.name, c.seed, "pass")
+            verdicts[c.form] = run_problem(impl, out, adapters.with_form(c.problem(), c.form))
+    assert verdicts["bool_B11S"].outcome == "fail", verdicts["bool_B11S"].reason
+    assert verdicts["bool_BHLS"].outcome == verdicts["bool_LS"].outcome == "pass"
