@@ -132,6 +132,15 @@ def _allowed(p: Problem) -> np.ndarray:
     return allowed
 
 
+def _bias_masked_rows(p: Problem) -> np.ndarray:
+    """(B, H, L, 1): rows with no key to attend only because the bias is -inf at every key
+    the boolean parts leave (a refinement of fully_masked_rows)."""
+    if p.mask.bias is None:
+        return np.zeros((p.B, p.H, p.L, 1), bool)
+    by_bool = p.mask.dense_allowed(p.B, p.H, p.L, p.S).any(-1, keepdims=True)
+    return by_bool & ~_allowed(p).any(-1, keepdims=True)
+
+
 def _nonfinite_kv(p: Problem) -> np.ndarray:
     """(B, S): key or value positions holding NaN or inf."""
     return ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))
@@ -142,6 +151,8 @@ def behaviours(p: Problem) -> List[str]:
     out = []
     if not p.mask.is_empty() and not _allowed(p).any(-1).all():
         out.append("fully_masked_rows")
+    if _bias_masked_rows(p).any():
+        out.append("bias_masked_rows")
     bad = _nonfinite_kv(p)
     # NaN or inf in a key or value position that some row may not attend (padding, or
     # above a causal diagonal): the spec says those rows do not see it.
@@ -156,11 +167,16 @@ def _nan_readers(p: Problem) -> np.ndarray:
 
 
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
-                 fully_masked: str = "zero", nan_confined: bool = False) -> List[Comparison]:
-    """Output (and weights) against the oracle; ``fully_masked`` and ``nan_confined`` apply
-    declared policies to the reference instead of the spec."""
+                 fully_masked: str = "zero", nan_confined: bool = False,
+                 bias_masked_nan: bool = False) -> List[Comparison]:
+    """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined`` and
+    ``bias_masked_nan`` apply declared policies to the reference instead of the spec."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked)
+    if bias_masked_nan:  # bias_masked_rows=nan: those rows' weights, and output rows, are NaN
+        rows = _bias_masked_rows(p)  # (B, H, L, 1)
+        ref_w = np.where(rows, np.nan, ref_w)
+        ref_out = np.where(rows.any(axis=1), np.nan, ref_out)  # (B, L, 1): W_o mixes heads
     readers = _nan_readers(p) if nan_confined else None
     comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
                      may_be_nan=readers)]
@@ -208,7 +224,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     if not declared:
         return out.classify("fail", spec)
     fm = declared["fully_masked_rows"].policy if "fully_masked_rows" in declared else "zero"
-    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared)
+    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared,
+                          "bias_masked_rows" in declared)
     said = "; ".join(d.describe(b) for b, d in declared.items())
     broken = [c for c in policy if not c.passed]
     if broken:
