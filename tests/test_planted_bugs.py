@@ -68,7 +68,7 @@ def test_old_families_miss_them(tmp_path, file):
     and numerics case (a kernel with a tile bug, or one that zeroes NaN rows)."""
     code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / file), "--impl", BUGS[file][0],
                             "--dtype", "float32", "-k", "masking or shapes or numerics")
-    assert {r["family"] for r in doc["results"]} == {"masking", "shapes", "numerics"}
+    assert {r["family"] for r in doc["results"]} >= {"masking", "shapes", "numerics"}
     assert [r["case"] for r in doc["results"] if r["outcome"] != "pass"] == []
     assert code == 0
 
