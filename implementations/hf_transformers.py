@@ -279,6 +279,11 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
                            "-inf, so such a row's softmax is uniform (measured, "
                            f"{_VERSIONS})"),
         "nan_padding": _NAN_PADDING,
+        "bias_masked_rows": Deviation(
+            "nan", "a row whose every key a -inf float mask masks gives NaN: the eager path adds "
+                   "the float mask to the logits and softmax of a row of -inf is NaN, unlike its "
+                   f"boolean masks' finfo.min fill (measured, tiles and special_values cases, "
+                   f"{_VERSIONS})"),
     },
     "sdpa": {"nan_padding": _NAN_PADDING},
 }

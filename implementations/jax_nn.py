@@ -40,6 +40,11 @@ class JaxNN(JaxCore):
             "confined", "NaN in a masked value position gives NaN rows: the masked weight is "
                         "0 and 0 * NaN is NaN in weights @ v (measured by calling "
                         f"jax.nn.dot_product_attention directly, jax {jax.__version__})"),
+        "bias_masked_rows": Deviation(
+            "nan", "a row whose every key a -inf bias masks gives NaN: the bias is added to "
+                   "the logits and the softmax of a row of -inf is NaN, while a row its "
+                   "boolean mask empties gives the mean of the values (measured, tiles and "
+                   f"special_values cases, jax {jax.__version__})"),
     }
 
     def dtypes(self, device: str) -> Sequence[str]:

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from suite.adapters import AttendMask, attend_mask
-from suite.plugin import Implementation, Result
+from suite.plugin import Deviation, Implementation, Result
 from suite.problem import Problem
 
 NP_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
@@ -92,6 +92,10 @@ class NumpyMHA(NumpyCore):
 
     name = "numpy"
     features = NumpyCore.features | {"weights"}
+    deviations = {"nan_padding": Deviation(
+        "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
+                    "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "
+                    "masked for every row are zeroed first; measured, special_values cases)")}
 
     def attend(self, q, k, v, mask, scale, need_weights):
         bias = mask.bias
@@ -101,8 +105,9 @@ class NumpyMHA(NumpyCore):
             # Padded keys may hold NaN/garbage: masked scores are exactly -inf, never NaN.
             scores[np.broadcast_to(np.isneginf(bias), scores.shape)] = -np.inf
         row_max = scores.max(axis=-1, keepdims=True)  # (B, H, L, 1)
-        # A fully masked row has no finite logit: use 0 as its max so exp gives all zeros.
-        row_max[~np.isfinite(row_max)] = 0
+        # A fully masked row has no finite logit: use 0 as its max so exp gives all zeros
+        # (a +inf or NaN max stays: IEEE makes that row NaN, as the spec says).
+        row_max[np.isneginf(row_max)] = 0
         scores -= row_max
         np.exp(scores, out=scores)  # softmax in the input dtype, max-subtracted
         total = scores.sum(axis=-1, keepdims=True)  # (B, H, L, 1)

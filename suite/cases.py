@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -24,23 +24,25 @@ class Case:
     doc: str = ""
     # The case is about key != value: unsupported for a plugin with one key/value source.
     distinct_kv: bool = False
+    # False: the problem puts NaN or inf in query, key or value on purpose (special values).
+    finite: bool = True
 
     @property
     def seed(self) -> int:
         return zlib.crc32(f"{self.family}/{self.name}".encode())
 
     def problem(self) -> Problem:
-        return self.build(self.seed).validate()
+        return self.build(self.seed).validate(self.finite)
 
 
 CASES: List[Case] = []
 
 
-def case(family: str, name: str, *, distinct_kv: bool = False):
+def case(family: str, name: str, *, distinct_kv: bool = False, finite: bool = True):
     """Register a case; which declarable behaviours its problem exhibits is read from the
     problem itself (``suite.check.behaviours``), never from a tag."""
     def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
-        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip(), distinct_kv))
+        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip(), distinct_kv, finite))
         return fn
     return deco
 
@@ -296,6 +298,214 @@ def _long_rows(seed):
 def _wide_heads(seed):
     """D = 128: the q.k dot products accumulate many terms."""
     return make_problem(seed, 1, 16, 16, 256, 2)
+
+
+
+# --- tiles ---------------------------------------------------------------------------------
+# CPU kernels tile keys (and queries) in blocks: torch's CPU flash attention splits keys in
+# 512s and queries in 32/64/256s by length, numpy.flash in 512s (256s causal), inductor and
+# FlexAttention in 64-128s. Bugs live where a length is one off a block, where a whole
+# block is masked for a row, and past the first few blocks. Small B, H and E keep each
+# case one cheap problem (README: the family's time per implementation).
+TE, TH = 16, 2  # model width and heads: D = 8
+
+
+PADDED_LENGTHS = [n + d for n in (64, 128, 256, 512, 1024) for d in (-1, 0, 1)]
+
+
+@case("tiles", "padding_across_blocks")
+def _tiles_padding(seed):
+    """Key padding ending one below, at and one above 64, 128, 256, 512 and 1024 keys: one
+    batch item each (B = 15), Lk = 1025, Lq = 17 (one problem: one compile for compiled
+    plugins)."""
+    return make_problem(seed, len(PADDED_LENGTHS), 17, 1025, TE, TH,
+                        mask=Mask(valid_lens=np.array(PADDED_LENGTHS)))
+
+
+@case("tiles", "unmasked_129x1025")
+def _tiles_unmasked_long_keys(seed):
+    """No mask, Lq = 129, Lk = 1025: one query and one key past a block, three key blocks."""
+    return make_problem(seed, 1, 129, 1025, TE, TH)
+
+
+@case("tiles", "unmasked_1023x255")
+def _tiles_unmasked_long_queries(seed):
+    """No mask, Lq = 1023, Lk = 255: query blocks one short of 1024, keys one short of 256."""
+    return make_problem(seed, 1, 1023, 255, TE, TH)
+
+
+@case("tiles", "causal_513")
+def _tiles_causal_square(seed):
+    """Causal, Lq = Lk = 513: the diagonal crosses a 512 block by one row and one key."""
+    return make_problem(seed, 1, 513, 513, TE, TH, mask=Mask(causal=True))
+
+
+def _causal_case(L: int, S: int, align: str):
+    def build(seed: int) -> Problem:
+        return make_problem(seed, 1, L, S, TE, TH, mask=Mask(causal=True, causal_align=align))
+    what = {("top_left", True): "keys past Lq are masked for every row: whole blocks",
+            ("top_left", False): "rows past Lk see every key",
+            ("bottom_right", True): "every row sees the first Lk - Lq keys: whole blocks",
+            ("bottom_right", False): f"the first {L - S} rows see no key: whole query blocks "
+                                     "with nothing to attend"}[(align, L < S)]
+    build.__doc__ = f"Causal {align.replace('_', '-')}, Lq = {L}, Lk = {S}: {what}."
+    return build
+
+
+for _L, _S in ((255, 1025), (1025, 257)):
+    for _align in ("top_left", "bottom_right"):
+        case("tiles", f"causal_{_align}_{_L}x{_S}")(_causal_case(_L, _S, _align))
+
+
+def _block_allowed(seed: int, L: int = 40, S: int = 1025) -> np.ndarray:
+    """(1, 1, L, S) rows that each have a whole 512-key block (so every smaller power-of-two
+    block in it) masked: the first, the middle, the last two, all but the last key, all but
+    the first key; the other rows are random with most keys kept."""
+    allowed = _rng(seed).random((1, 1, L, S)) < 0.8
+    allowed[..., 0] = True
+    groups = np.arange(L) % 5
+    allowed[0, 0, groups == 0, :512] = False  # first block empty
+    allowed[0, 0, groups == 1, 512:1024] = False  # middle block empty
+    allowed[0, 0, groups == 2, 512:] = False  # last (partial) blocks empty
+    allowed[0, 0, groups == 3, :S - 1] = False  # only the last key: every block but one empty
+    allowed[0, 0, groups == 4, 1:] = False  # only the first key
+    allowed[0, 0, groups == 0, 512:] |= _rng(seed + 1).random(S - 512) < 0.5  # keeps keys
+    return allowed
+
+
+@case("tiles", "masked_blocks_bool")
+def _tiles_masked_blocks(seed):
+    """A boolean (1, 1, Lq, Lk) mask, Lq = 40, Lk = 1025: rows whose first, middle or last
+    512-key block is masked whole, or all but the last key, or all but the first."""
+    return make_problem(seed, 1, 40, 1025, TE, TH, mask=Mask(allowed=_block_allowed(seed)))
+
+
+@case("tiles", "masked_blocks_additive")
+def _tiles_masked_blocks_additive(seed):
+    """The masked_blocks_bool pattern as an additive 0 / -inf float bias (the float-mask path)."""
+    allowed = _block_allowed(seed)
+    return make_problem(seed, 1, 40, 1025, TE, TH, mask=Mask(bias=np.where(allowed, 0.0, -np.inf)))
+
+
+# --- special values ------------------------------------------------------------------------
+# NaN and inf where a mask does not hide them, -inf and finfo.min in an additive mask,
+# subnormal and huge magnitudes. The spec (suite.oracle, README "Special values"): IEEE
+# arithmetic over the keys a row may attend; a masked key is dropped, never multiplied by 0.
+SB, SL, SS = 2, 11, 13
+
+
+def _special(seed: int, L: int = SL, S: int = SS, mask: Optional[Mask] = None, **kw) -> Problem:
+    return make_problem(seed, SB, L, S, TE, TH, mask=mask, **kw)
+
+
+def _put(p: Problem, name: str, index: tuple, value: float) -> Problem:
+    arr = getattr(p, name).copy()
+    arr[index] = value
+    return dataclasses.replace(p, **{name: arr})
+
+
+@case("special_values", "nan_query", finite=False)
+def _nan_query(seed):
+    """NaN in one element of query row (b=1, i=4): that output row is NaN, no other."""
+    return _put(_special(seed), "query", (1, 4, 3), np.nan)
+
+
+@case("special_values", "inf_query", finite=False)
+def _inf_query(seed):
+    """+inf in query row (b=0, i=2): its logits mix +inf and -inf terms, so the row is NaN."""
+    return _put(_special(seed), "query", (0, 2, 7), np.inf)
+
+
+@case("special_values", "nan_key_causal", finite=False)
+def _nan_key(seed):
+    """NaN in unmasked key (b=0, j=5), causal: rows i >= 5 of batch 0 are NaN; rows i < 5
+    may not attend it and must be right."""
+    return _put(_special(seed, SL, SL, Mask(causal=True)), "key", (0, 5, 2), np.nan)
+
+
+@case("special_values", "neg_inf_key_causal", finite=False)
+def _neg_inf_key(seed):
+    """-inf in unmasked key (b=1, j=3), causal: rows i >= 3 of batch 1 are NaN (their logits
+    mix +inf and -inf), rows i < 3 must be right."""
+    return _put(_special(seed, SL, SL, Mask(causal=True)), "key", (1, 3, 0), -np.inf)
+
+
+@case("special_values", "nan_value_causal", finite=False)
+def _nan_value(seed):
+    """NaN in unmasked value (b=1, j=6), causal: rows i >= 6 of batch 1 are NaN, rows i < 6
+    must be right (a masked value is dropped, not weighted by 0)."""
+    return _put(_special(seed, SL, SL, Mask(causal=True)), "value", (1, 6, 0), np.nan)
+
+
+@case("special_values", "inf_value_bool_mask", finite=False)
+def _inf_value(seed):
+    """+inf in value (b=0, j=2) under a boolean mask: the rows that may attend key 2 are NaN
+    (after the output projection), the rows that may not must be right."""
+    allowed = _rng(seed).random((SB, 1, SL, SS)) < 0.6
+    allowed[..., 0] = True
+    allowed[0, 0, :5, 2] = False  # rows 0-4 may not attend it
+    allowed[0, 0, 5:, 2] = True
+    return _put(_special(seed, mask=Mask(allowed=allowed)), "value", (0, 2, 5), np.inf)
+
+
+@case("special_values", "inf_bias_entry")
+def _inf_bias(seed):
+    """+inf in bias entry (b=0, h=1, i=3, j=4): logit - row max is inf - inf, so row (0, 3)
+    of head 1, and through the output projection output row (0, 3), is NaN; no other row."""
+    bias = _rng(seed).standard_normal((SB, TH, SL, SS))
+    bias[0, 1, 3, 4] = np.inf
+    return _special(seed, mask=Mask(bias=bias))
+
+
+@case("special_values", "neg_inf_bias_rows")
+def _neg_inf_bias(seed):
+    """-inf bias entries are masked keys; a row of -inf (b=1, h=0, i=2) is a fully masked row
+    (zero head output), and a row with only its last key finite attends that key alone."""
+    rng = _rng(seed)
+    bias = np.where(rng.random((SB, TH, SL, SS)) < 0.4, -np.inf, rng.standard_normal((SB, TH, SL, SS)))
+    bias[..., 0] = 0.5
+    bias[1, 0, 2] = -np.inf
+    bias[0, 1, 6, :-1] = -np.inf
+    return _special(seed, mask=Mask(bias=bias))
+
+
+def _finfo_min_case(dtype: type):
+    def build(seed: int) -> Problem:
+        allowed = _rng(seed).random((SB, TH, SL, SS)) < 0.6
+        allowed[..., 1] = True
+        bias = np.where(allowed, 0.0, float(np.finfo(dtype).min))
+        return _special(seed, mask=Mask(bias=bias))
+    build.__doc__ = (f"An additive mask of 0 and finfo({np.dtype(dtype).name}).min (every row keeps "
+                     "a key): exp underflows to exactly 0, so it equals the boolean mask.")
+    return build
+
+
+for _dt in (np.float32, np.float16):
+    case("special_values", f"finfo_min_mask_{np.dtype(_dt).name}")(_finfo_min_case(_dt))
+
+
+@case("special_values", "subnormal_inputs")
+def _subnormal(seed):
+    """query, key and value at 1e-40 (subnormal in float32 and bfloat16, 0 in float16): the
+    logits are ~0, the weights uniform, the output the output bias; no NaN from 0 / 0."""
+    p = _special(seed)
+    return dataclasses.replace(p, query=1e-40 * p.query, key=1e-40 * p.key, value=1e-40 * p.value)
+
+
+@case("special_values", "subnormal_weights")
+def _subnormal_weights(seed):
+    """A bias of -90 .. -100 on every key but one a row: those weights are ~1e-40, subnormal
+    in float32 (flushed to zero by some kernels, which the rule allows)."""
+    bias = -_rng(seed).uniform(90, 100, (SB, TH, SL, SS))
+    bias[..., 3] = 0.0
+    return _special(seed, mask=Mask(bias=bias))
+
+
+@case("special_values", "huge_values")
+def _huge_values(seed):
+    """value x 3000: outputs in the thousands, within float16's range (65504)."""
+    p = _special(seed)
+    return dataclasses.replace(p, value=3000.0 * p.value)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -123,36 +123,87 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
     return results, None
 
 
+def _allowed(p: Problem) -> np.ndarray:
+    """(B, H, L, S) True where a row may attend a key: the boolean parts and the bias's
+    -inf entries (a -inf bias masks its key, as in the oracle)."""
+    allowed = p.mask.dense_allowed(p.B, p.H, p.L, p.S)
+    if p.mask.bias is not None:
+        allowed = allowed & (np.broadcast_to(p.mask.bias, allowed.shape) > -np.inf)
+    return allowed
+
+
+def _bias_masked_rows(p: Problem) -> np.ndarray:
+    """(B, H, L, 1): rows with no key to attend only because the bias is -inf at every key
+    the boolean parts leave (a refinement of fully_masked_rows)."""
+    if p.mask.bias is None:
+        return np.zeros((p.B, p.H, p.L, 1), bool)
+    by_bool = p.mask.dense_allowed(p.B, p.H, p.L, p.S).any(-1, keepdims=True)
+    return by_bool & ~_allowed(p).any(-1, keepdims=True)
+
+
+def _nonfinite_kv(p: Problem) -> np.ndarray:
+    """(B, S): key or value positions holding NaN or inf."""
+    return ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))
+
+
 def behaviours(p: Problem) -> List[str]:
     """The behaviours with declarable deviations that problem ``p`` exhibits."""
     out = []
-    if not p.mask.is_empty() and not p.mask.dense_allowed(p.B, p.H, p.L, p.S).any(-1).all():
+    if not p.mask.is_empty() and not _allowed(p).any(-1).all():
         out.append("fully_masked_rows")
-    if np.isnan(p.key).any() or np.isnan(p.value).any():
+    if _bias_masked_rows(p).any():
+        out.append("bias_masked_rows")
+    bad = _nonfinite_kv(p)
+    # NaN or inf in a key or value position that some row may not attend (padding, or
+    # above a causal diagonal): the spec says those rows do not see it.
+    if bad.any() and (bad[:, None, None, :] & ~_allowed(p)).any():
         out.append("nan_padding")
     return out
 
 
 def _nan_readers(p: Problem) -> np.ndarray:
-    """(B, 1, 1): batch items whose rows read a NaN key or value (the mask hides it)."""
-    return (np.isnan(p.key).any(axis=(1, 2)) | np.isnan(p.value).any(axis=(1, 2)))[:, None, None]
+    """(B, 1, 1): batch items whose rows read a NaN or inf key or value (the mask hides it)."""
+    return _nonfinite_kv(p).any(axis=1)[:, None, None]
 
 
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
-                 fully_masked: str = "zero", nan_confined: bool = False) -> List[Comparison]:
-    """Output (and weights) against the oracle; ``fully_masked`` and ``nan_confined`` apply
-    declared policies to the reference instead of the spec."""
+                 fully_masked: str = "zero", nan_confined: bool = False,
+                 bias_masked_nan: bool = False) -> List[Comparison]:
+    """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined`` and
+    ``bias_masked_nan`` apply declared policies to the reference instead of the spec."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked)
+    if bias_masked_nan:  # bias_masked_rows=nan: those rows' weights, and output rows, are NaN
+        rows = _bias_masked_rows(p)  # (B, H, L, 1)
+        ref_w = np.where(rows, np.nan, ref_w)
+        ref_out = np.where(rows.any(axis=1), np.nan, ref_out)  # (B, L, 1): W_o mixes heads
     readers = _nan_readers(p) if nan_confined else None
     comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
                      may_be_nan=readers)]
     if with_weights:
         if res.attn_weights is None:
             raise AssertionError("declares 'weights' but returned none")
-        comps.append(compare("weights", res.attn_weights, ref_w, [n[1] for n in naive], dtype,
+        # Rows the nan policy makes NaN stay wholly NaN; special-value rows need one NaN.
+        special = np.zeros(ref_w.shape[:-1] + (1,), bool) if fully_masked != "nan" else \
+            ~_allowed(p).any(axis=-1, keepdims=True)
+        got_w, ref_w = _nan_weight_rows(np.asarray(res.attn_weights, np.float64), ref_w, special)
+        comps.append(compare("weights", got_w, ref_w, [n[1] for n in naive], dtype,
                              may_be_nan=None if readers is None else readers[..., None]))
     return comps
+
+
+def _nan_weight_rows(got: np.ndarray, ref: np.ndarray, policy_rows: np.ndarray
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """The spec for the weights of a row a special value makes NaN (a NaN or +inf logit):
+    the row holds a NaN (its other entries are not specified: IEEE softmax makes them all
+    NaN, a kernel that divides by a sum it checks for zero leaves finite ones). Such rows
+    become wholly NaN in both, so the comparison asks for a NaN there and nothing more;
+    ``policy_rows`` (B, H, L, 1) are rows a declared policy makes NaN, checked whole."""
+    nan_rows = np.isnan(ref).any(axis=-1, keepdims=True) & ~policy_rows
+    if got.shape != ref.shape or not nan_rows.any():
+        return got, ref
+    has_nan = np.isnan(got).any(axis=-1, keepdims=True)
+    return np.where(nan_rows & has_nan, np.nan, got), np.where(nan_rows, np.nan, ref)
 
 
 def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcome:
@@ -173,7 +224,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     if not declared:
         return out.classify("fail", spec)
     fm = declared["fully_masked_rows"].policy if "fully_masked_rows" in declared else "zero"
-    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared)
+    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared,
+                          "bias_masked_rows" in declared)
     said = "; ".join(d.describe(b) for b, d in declared.items())
     broken = [c for c in policy if not c.passed]
     if broken:

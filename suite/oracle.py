@@ -111,6 +111,11 @@ def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
     """
     if fully_masked not in FULLY_MASKED:
         raise ValueError(f"fully_masked: expected one of {FULLY_MASKED}, got {fully_masked!r}")
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf follow IEEE on purpose
+        return _forward(p, ar, fully_masked)
+
+
+def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndarray]:
     r = ar.r
     B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
     w = {n: (None if a is None else r(a)) for n, a in p.weights.as_dict().items()}
@@ -127,6 +132,8 @@ def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
     k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
     v = np.repeat(v, H // K, axis=1)  # (B, H, S, D)
     allowed = p.mask.dense_allowed(B, H, L, S)  # (B, H, L, S)
+    if p.mask.bias is not None:  # a -inf bias entry masks its key, as False in allowed does
+        allowed = allowed & (np.broadcast_to(p.mask.bias, allowed.shape) > -np.inf)
     scores = ar.matmul(q, k.transpose(0, 1, 3, 2))  # (B, H, L, S)
     logits = r(scores * ar.acc(p.effective_scale))  # (B, H, L, S)
     if p.mask.bias is not None:
@@ -142,18 +149,28 @@ def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
         sees = allowed
     # Masked logits are dropped (not merely -inf), so NaN in padded keys cannot leak.
     logits = np.where(sees, logits, -np.inf)
+    empty = ~sees.any(axis=-1, keepdims=True)  # (B, H, L, 1): a row with no key to attend
+    # Special values follow IEEE arithmetic in the keys a row attends: a NaN logit makes the
+    # row max NaN, a +inf one makes logit - max = inf - inf = NaN, a row whose every
+    # attended logit is -inf gives -inf - -inf = NaN: each makes the whole row's weights NaN.
     row_max = logits.max(axis=-1, keepdims=True)  # (B, H, L, 1)
-    row_max = np.where(np.isfinite(row_max), row_max, 0.0)  # fully masked row: no max
+    row_max = np.where(empty, 0.0, row_max)  # a fully masked row has no max
     e = ar.exp(r(logits - row_max))  # masked entries: exp(-inf) = 0
     total = ar.sum(e, axis=-1)  # (B, H, L, 1)
     # A fully masked query row has no key to attend: its weights and head output are 0.
-    weights = np.where(total > 0, r(e / np.where(total > 0, total, 1)), 0.0).astype(ar.acc)
+    weights = np.where(empty, 0.0, r(e / np.where(empty, 1, total))).astype(ar.acc)
     if fully_masked == "nan":
         weights = np.where(dead_row, np.nan, weights).astype(ar.acc)
     # Keys no query may attend (padding) must not poison the sum: 0 * NaN is NaN.
     used = sees.any(axis=2)[..., None]  # (B, H, S, 1)
     v_used = np.where(used, v, 0.0).astype(ar.acc)  # (B, H, S, D)
-    heads = ar.matmul(weights, v_used)  # (B, H, L, D)
+    # A NaN or inf value reaches exactly the rows that may attend its key, and makes their
+    # head output NaN (0 * inf is NaN: a key a row may not attend is dropped, not weighted 0).
+    bad_v = ~np.isfinite(v_used).all(axis=-1)  # (B, H, S)
+    heads = ar.matmul(weights, np.where(bad_v[..., None], 0.0, v_used))  # (B, H, L, D)
+    if bad_v.any():
+        reach = (sees & bad_v[:, :, None, :]).any(axis=-1, keepdims=True)  # (B, H, L, 1)
+        heads = np.where(reach, np.nan, heads).astype(ar.acc)
     concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
     out = project(concat, w["w_o"], w["b_o"])  # (B, L, E)
     return {"x": x, "w": w, "q": q, "k": k, "v": v_used, "used": used, "weights": weights,

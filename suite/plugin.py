@@ -67,6 +67,11 @@ POLICIES: Dict[str, Dict[str, str]] = {
                        "the values",
         "unmasked": "the row attends as if nothing were masked",
     },
+    "bias_masked_rows": {  # a query row whose every key a -inf additive bias masks (the
+        # spec: a zero head output, as for a boolean mask; fully_masked_rows covers both)
+        "nan": "the row's output is NaN: the -inf bias is added to the logits and the "
+               "softmax of a row of -inf is NaN",
+    },
     "nan_padding": {  # NaN in key or value positions the mask hides (the spec: no effect)
         "confined": "NaN reaches the output only in rows that read a NaN key or value; "
                     "every other row is right",

@@ -172,13 +172,14 @@ class Problem:
             out.add("scale")
         return frozenset(out)
 
-    def validate(self) -> Problem:
-        validate(self)
+    def validate(self, finite: bool = True) -> Problem:
+        validate(self, finite)
         return self
 
 
-def validate(p: Problem) -> None:
-    """Raise InputError naming the argument, what was expected and what arrived."""
+def validate(p: Problem, finite: bool = True) -> None:
+    """Raise InputError naming the argument, what was expected and what arrived; ``finite``
+    False lets NaN and inf into query, key and value (the special-values cases)."""
     for name in ("query", "key", "value"):
         arr = getattr(p, name)
         _expect(isinstance(arr, np.ndarray) and arr.ndim == 3, name,
@@ -248,7 +249,8 @@ def validate(p: Problem) -> None:
         if arr is not None:
             _expect(bool(np.isfinite(arr).all()), f"weights.{name}", "finite values",
                     "NaN or inf")
-    _check_finite(p)
+    if finite:
+        _check_finite(p)
 
 
 def _check_finite(p: Problem) -> None:

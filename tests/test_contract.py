@@ -88,8 +88,10 @@ def test_shared_kv_plugins_get_problems_they_can_express(cli, tmp_path):
         mine = {k: r for k, r in by.items() if k[0] == impl}
         assert mine[(impl, "shapes", "cross_key_ne_value")]["outcome"] == "unsupported"
         assert "key != value" in mine[(impl, "shapes", "cross_key_ne_value")]["reason"]
+        # numpy's and torch.eager's own declared 0 * NaN (special_values) is inherited.
         bad = {k[1:]: (r["outcome"], r["reason"]) for k, r in mine.items()
-               if r["outcome"] not in ("pass", "unsupported")}
+               if r["outcome"] not in ("pass", "unsupported") and not (
+                   r["outcome"] == "deviation" and r["policies_used"] == ["nan_padding"])}
         assert not bad, bad
         assert sum(r["outcome"] == "pass" for r in mine.values()) > 30
     grads = [r for k, r in by.items() if k[0] == "kv.shared_grad" and k[1] == "gradients"]

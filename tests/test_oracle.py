@@ -133,3 +133,83 @@ def test_fully_masked_policies_change_only_the_empty_rows():
             assert np.all(w[1] > 0) and np.allclose(w[1].sum(-1), 1)
         else:
             np.testing.assert_array_equal(out[1], spec[1])
+
+
+# --- the special-value spec (README "Special values") -------------------------------------
+def _nan_rows(out: np.ndarray) -> set:
+    """{(b, i)} of output rows holding NaN; each such row must be NaN throughout."""
+    rows = np.isnan(out).any(axis=-1)
+    assert (rows == np.isnan(out).all(axis=-1)).all(), "a row is partly NaN"
+    return {(int(b), int(i)) for b, i in np.argwhere(rows)}
+
+
+def _with(p: Problem, name: str, index: tuple, value: float) -> Problem:
+    arr = getattr(p, name).copy()
+    arr[index] = value
+    return Problem(**{**p.__dict__, name: arr}).validate(finite=False)
+
+
+def test_nan_query_row_poisons_that_row_only():
+    p = make_problem(11, 2, 6, 7, 8, 2)
+    assert _nan_rows(oracle(_with(p, "query", (1, 4, 0), np.nan))[0]) == {(1, 4)}
+
+
+@pytest.mark.parametrize("name", ["key", "value"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_key_or_value_reaches_the_rows_that_may_attend_it(name, bad):
+    """Causal: rows i >= 3 may attend position 3 and are NaN; rows i < 3 are exactly as if
+    the position held any finite number (a masked key is dropped, not weighted by 0)."""
+    p = make_problem(12, 2, 6, 6, 8, 2, mask=Mask(causal=True))
+    out = oracle(_with(p, name, (0, 3, 1), bad))[0]
+    assert _nan_rows(out) == {(0, i) for i in range(3, 6)}
+    np.testing.assert_array_equal(out[0, :3], oracle(_with(p, name, (0, 3, 1), 7.0))[0][0, :3])
+    np.testing.assert_array_equal(out[1], oracle(p)[0][1])
+
+
+def test_plus_inf_bias_makes_its_row_nan_minus_inf_masks():
+    p = make_problem(13, 2, 5, 6, 8, 2)
+    bias = np.zeros((2, 2, 5, 6))
+    bias[1, 0, 2, 4] = np.inf
+    out, w = oracle(Problem(**{**p.__dict__, "mask": Mask(bias=bias)}))
+    assert _nan_rows(out) == {(1, 2)}
+    assert np.isnan(w[1, 0, 2]).all() and not np.isnan(w[1, 1, 2]).any()
+    # -inf entries and a row of -inf: the boolean mask exactly (a fully masked row gives 0).
+    allowed = np.random.default_rng(2).random((2, 2, 5, 6)) < 0.5
+    allowed[0, 1, 3] = False
+    by_bias = Problem(**{**p.__dict__, "mask": Mask(bias=np.where(allowed, 0.0, -np.inf))})
+    by_bool = Problem(**{**p.__dict__, "mask": Mask(allowed=allowed)})
+    np.testing.assert_array_equal(oracle(by_bias)[0], oracle(by_bool)[0])
+    np.testing.assert_array_equal(oracle(by_bias)[1][0, 1, 3], 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_finfo_min_mask_equals_the_boolean_mask(dtype):
+    p = make_problem(14, 2, 5, 6, 8, 2)
+    allowed = np.random.default_rng(3).random((2, 2, 5, 6)) < 0.5
+    allowed[..., 0] = True
+    fmin = Problem(**{**p.__dict__, "mask": Mask(bias=np.where(allowed, 0.0,
+                                                               float(np.finfo(dtype).min)))})
+    np.testing.assert_array_equal(oracle(fmin)[0],
+                                  oracle(Problem(**{**p.__dict__, "mask": Mask(allowed=allowed)}))[0])
+
+
+SPECIAL_NAN_ROWS = {  # case -> output rows (b, i) its docstring says are NaN
+    "nan_query": {(1, 4)}, "inf_query": {(0, 2)},
+    "nan_key_causal": {(0, i) for i in range(5, 11)},
+    "neg_inf_key_causal": {(1, i) for i in range(3, 11)},
+    "nan_value_causal": {(1, i) for i in range(6, 11)},
+    "inf_value_bool_mask": {(0, i) for i in range(5, 11)},
+    "inf_bias_entry": {(0, 3)},
+}
+
+
+def test_special_values_cases_are_nan_where_their_docstrings_say():
+    from suite.cases import by_family
+    special = by_family()["special_values"]
+    for c in special:
+        p = c.problem()
+        out = oracle(p)[0]
+        assert _nan_rows(out) == SPECIAL_NAN_ROWS.get(c.name, set()), c.name
+        for dtype in ("float32", "float16", "bfloat16"):  # the baselines agree where finite
+            for base in (naive(p, dtype, order)[0] for order in ("blas", "sequential")):
+                assert _nan_rows(base) == _nan_rows(out), (c.name, dtype)

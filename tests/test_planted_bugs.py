@@ -20,7 +20,12 @@ BUGS = {  # file -> (implementation, the family that must catch it, extra pytest
     "head_order.py": ("bug.head_order", "shapes", ()),
     # The forward is right, so only the gradient cases can catch it.
     "detached_value.py": ("bug.detached_value", "gradients", ("-k", "gradient")),
+    # Tile and special-value bugs the short masked cases miss (test_old_families_miss_them).
+    "empty_first_block.py": ("bug.empty_first_block", "tiles", ("-k", "tiles")),
+    "tile_tail.py": ("bug.tile_tail", "tiles", ("-k", "tiles")),
+    "zeroes_nan_rows.py": ("bug.zeroes_nan_rows", "special_values", ("-k", "special_values")),
 }
+NEW_FAMILY_BUGS = ("empty_first_block.py", "tile_tail.py", "zeroes_nan_rows.py")
 
 
 def conformance(tmp_path, *args: str) -> tuple[int, dict]:
@@ -49,8 +54,23 @@ def test_planted_bug_fails_a_case(tmp_path, file):
             [r["reason"] for r in fails]
         return
     # The failure says how far past the rule it is.
-    worst = max((r for r in fails if isinstance(r["err"], float)), key=lambda r: r["err"] / r["bound"])
+    finite = [r for r in fails if isinstance(r["err"], float)]
+    if not finite:  # NaN where the spec has a value, or a value where it has NaN: it says so
+        assert all("nan" in r["reason"].lower() for r in fails), [r["reason"] for r in fails]
+        return
+    worst = max(finite, key=lambda r: r["err"] / r["bound"])
     assert worst["err"] > worst["bound"]
+
+
+@pytest.mark.parametrize("file", NEW_FAMILY_BUGS)
+def test_old_families_miss_them(tmp_path, file):
+    """What the tiles and special_values families add: these bugs pass every masking, shapes
+    and numerics case (a kernel with a tile bug, or one that zeroes NaN rows)."""
+    code, doc = conformance(tmp_path, "--plugin", str(PLUGINS / file), "--impl", BUGS[file][0],
+                            "--dtype", "float32", "-k", "masking or shapes or numerics")
+    assert {r["family"] for r in doc["results"]} >= {"masking", "shapes", "numerics"}
+    assert [r["case"] for r in doc["results"] if r["outcome"] != "pass"] == []
+    assert code == 0
 
 
 def test_builtins_pass_every_case_they_support(tmp_path):

@@ -1,4 +1,5 @@
-"""Masking, shapes and numerics: every case against the float64 oracle under the agreement rule."""
+"""Masking, shapes, numerics, tiles and special values: every case against the float64 oracle
+under the agreement rule."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 from suite.cases import CASES
 from suite.check import run_problem
 
-AGREEMENT = [c for c in CASES if c.family in ("masking", "shapes", "numerics")]
+AGREEMENT = [c for c in CASES
+             if c.family in ("masking", "shapes", "numerics", "tiles", "special_values")]
 
 
 @pytest.mark.parametrize("case", AGREEMENT, ids=[f"{c.family}/{c.name}" for c in AGREEMENT])
