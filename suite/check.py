@@ -144,14 +144,16 @@ def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
     declared policies to the reference instead of the spec."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked)
+    model_out, model_w = oracle.first_order(p, dtype, fully_masked)
     readers = _nan_readers(p) if nan_confined else None
     comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
-                     may_be_nan=readers)]
+                     may_be_nan=readers, model=model_out)]
     if with_weights:
         if res.attn_weights is None:
             raise AssertionError("declares 'weights' but returned none")
         comps.append(compare("weights", res.attn_weights, ref_w, [n[1] for n in naive], dtype,
-                             may_be_nan=None if readers is None else readers[..., None]))
+                             may_be_nan=None if readers is None else readers[..., None],
+                             model=model_w))
     return comps
 
 
