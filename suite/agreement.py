@@ -116,7 +116,7 @@ def compare(what: str, got: np.ndarray, ref: np.ndarray,
         nan_error = f"{n} of {int(must_nan.sum())} entries the declared policy makes NaN are not NaN"
     finite_ref = ref[np.isfinite(ref)]
     scale = max(1.0, float(np.abs(finite_ref).max()) if finite_ref.size else 1.0)
-    err_naive = max(_err(np.asarray(n, np.float64), ref, must_nan) for n in naives)
+    err_naive = max((_err(np.asarray(n, np.float64), ref, must_nan) for n in naives), default=0.0)
     err_model = 0.0
     if model is not None:
         kept = np.broadcast_to(np.asarray(model, np.float64), ref.shape)[~must_nan]

@@ -197,7 +197,8 @@ def first_order(p: Problem, dtype: str, fully_masked: str = "zero"
     dl_j moves head output h by sum_j w_j (v_j - h) dl_j. This is the case's condition: it
     scales with |logits| and |v_j - h|, and it does not depend on how one summation order
     happened to round on one seed (a row with two nearly tied logits makes every plain
-    order's error a lottery; this is the size of the draw).
+    order's error a lottery; this is the size of the draw). The root sum of squares is
+    scaled by sqrt(2 ln 2n), n the entries compared, as the rule compares the largest error.
     """
     u2 = UNIT_ROUNDOFF[dtype] ** 2
     f = forward(p, EXACT, fully_masked)
@@ -233,4 +234,10 @@ def first_order(p: Problem, dtype: str, fully_masked: str = "zero"
           + u2 * (w2 @ v2) + u2 * np.square(heads))  # (B, H, L, D)
     dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
     dout = (dcat + u2 * sq(f["concat"])) @ sq(w["w_o"]) + u2 * sq(f["out"])  # (B, L, E)
-    return np.sqrt(dout), np.sqrt(dw)
+    # Each entry's error is a sum of many independent roundings (about Gaussian, std the
+    # root sum of squares above); the largest of n such entries is about std *
+    # sqrt(2 ln 2n) (the expected maximum of n half-normal draws): the rule compares maxima.
+    def tail(n: int) -> float:
+        return float(np.sqrt(2.0 * np.log(2.0 * max(n, 1))))
+
+    return np.sqrt(dout) * tail(dout.size), np.sqrt(dw) * tail(dw.size)
