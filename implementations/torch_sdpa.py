@@ -109,7 +109,7 @@ def kernel_context(short: str) -> Optional[Callable[[], Any]]:
 # A backend that refuses one (flash on the CPU of torch 2.4/2.5 takes no broadcast mask,
 # no GQA, no gradient through a masked call: "No available kernel") leaves it undeclared,
 # so those cases are unsupported, never errors.
-FORMS = ("plain", "causal", "mask", "mask_broadcast", "gqa", "grad", "grad_mask")
+FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask")
 
 
 def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, form: str) -> bool:
@@ -125,6 +125,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
             kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype)  # (B, H, L, S)
         elif form == "mask_broadcast":
             kw["attn_mask"] = torch.zeros(1, 1, 1, 8, device=device, dtype=dtype)  # (1, 1, 1, S)
+        elif form == "mask_strided":  # a (B, H, L, S) view whose last dimension is not contiguous
+            kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype).transpose(-1, -2)
         elif form == "gqa":
             k = v = torch.randn(1, 1, 8, 16, device=device, dtype=dtype)  # (B, K=1, S, D)
             if HAS_GQA:
@@ -183,7 +185,7 @@ def backend_variants() -> List[type]:
     """One class per SDPA backend that works on some device here, declaring only what its
     probes ran (probed once per process and cached on disk per library versions)."""
     out = []
-    for short, found in cache.memo("torch.sdpa backend forms", _probe_backends).items():
+    for short, found in cache.memo(f"torch.sdpa backends:{','.join(FORMS)}", _probe_backends).items():
         context = kernel_context(short)
         if context is not None:
             out.append(_variant(short, context, found["dtypes"], found["forms"]))
@@ -219,9 +221,12 @@ def _variant(short: str, context: Callable[[], Any], dtypes: Dict[str, Sequence[
 
 def refused_form(runs: frozenset, q: torch.Tensor, mask: AttendMask) -> Optional[str]:
     """The form of this call (q (B, H, L, D)) that the backend's probes did not run, or None:
-    a mask that broadcasts over batch, heads or queries, or a gradient through a mask."""
+    a mask that broadcasts over batch, heads or queries, a mask whose last dimension is not
+    contiguous (a broadcast bias laid out by the toolkit), or a gradient through a mask."""
     if mask.bias is None or mask.causal_only:
         return None
+    if "mask_strided" not in runs and mask.bias.stride(-1) != 1:
+        return "an attn_mask whose last dimension is not contiguous"
     if "mask_broadcast" not in runs and any(m == 1 and n > 1 for m, n in
                                            zip(mask.bias.shape[:3], q.shape[:3])):
         return "a broadcast attn_mask"
