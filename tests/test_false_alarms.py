@@ -3,7 +3,7 @@ the reference implementations (correct by assumption) passes; and the rule still
 wrong implementations.
 
 The full sweep (``suite.false_alarms``) is marked slow and runs in CI (``pytest tests``):
-about 36 cases x 200 seeds x 4 implementations, measured at ~10 min on a loaded 2-core
+about 36 cases x 200 seeds x 4 implementations, measured at 8 to 13 min on a loaded 2-core
 machine with one thread per library (README, "The agreement rule's false-alarm rate").
 """
 
