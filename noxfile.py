@@ -1,4 +1,4 @@
-"""nox sessions: tests, conformance, bench, fidelity, report, run, lint (+ GPU variants).
+"""nox sessions: tests, conformance, bench, fidelity, report, run, lint, compat (+ GPU variants).
 
 CPU sessions install through constraints/cpu.txt, which pins the CPU build of
 torch; the GPU sessions install without it and are not run by default.
@@ -107,3 +107,46 @@ def lint(session: nox.Session) -> None:
     """ruff."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".", *session.posargs)
+
+
+# compat: the lowest versions pyproject declares, read from its extras (">=" taken as "==").
+COMPAT_EXTRAS = ("jax", "hf", "keras")
+# flax 0.12.8 (its declared minimum) requires jax >= 0.10.0 (its own metadata): the flax
+# built-ins are checked on that jax, in a second step.
+FLAX_JAX = "0.10.0"
+COMPAT_KNOWN = str(ROOT / "suite" / "conformance" / "known_failures_compat.txt")
+
+
+def declared_minimums(*extras: str) -> list:
+    """``name==lowest`` for every ``name>=lowest`` requirement of pyproject's ``extras``
+    (jaxlib pinned with jax), torch excepted: it stays on constraints/cpu.txt's CPU wheel."""
+    import re
+
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for extra in extras:
+        for req in project["optional-dependencies"][extra]:
+            m = re.match(r"^([A-Za-z0-9_.-]+)>=([0-9][^,;]*)", req)
+            if m and m.group(1) != "torch":
+                pins[m.group(1)] = m.group(2)
+    if "jax" in pins:
+        pins["jaxlib"] = pins["jax"]
+    return [f"{name}=={version}" for name, version in sorted(pins.items())]
+
+
+@nox.session(default=False)
+def compat(session: nox.Session) -> None:
+    """mha-suite check of the jax, Hugging Face, Keras and flax built-ins at the lowest versions
+    pyproject declares (torch 2.13 CPU); posargs go to each check (e.g. --dtype float32)."""
+    session.install("torch", "-c", CPU_CONSTRAINTS)
+    session.install("-e", ".[dev]", *declared_minimums(*COMPAT_EXTRAS))
+    check = ["mha-suite", "check", "--known-failures", COMPAT_KNOWN,
+             "--json", f"{RESULTS}/compat/conformance.json", *session.posargs]
+    session.run("mha-suite", "list", env={"KERAS_BACKEND": "torch"})
+    session.run(*check, "--impl", "jax.*", "--impl", "hf.*", "--impl", "keras.mha*",
+                env={"KERAS_BACKEND": "torch"})
+    session.run(*check, "--impl", "keras.mha*", env={"KERAS_BACKEND": "jax"})
+    session.install(*declared_minimums("flax"), f"jax=={FLAX_JAX}", f"jaxlib=={FLAX_JAX}")
+    session.run(*check, "--impl", "flax.*")

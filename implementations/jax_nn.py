@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from implementations.jax_common import JaxCore, gpu_count
 from suite import adapters, cache
-from suite.plugin import Deviation
+from suite.plugin import Deviation, Unavailable
 
 # Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
 # (B, N, T, S) (fewer than 4 dimensions are expanded on the left), is_causal beside them,
@@ -46,6 +46,17 @@ class JaxNN(JaxCore):
                    "boolean mask empties gives the mean of the values (measured, tiles and "
                    f"special_values cases, jax {jax.__version__})"),
     }
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not callable(getattr(jax.nn, "dot_product_attention", None)):
+            raise Unavailable(f"jax {jax.__version__} has no jax.nn.dot_product_attention "
+                              "(it arrived in jax 0.4.31)")
+        # GQA by the layout the spec gives (K kv heads, query head h reads kv head h // G):
+        # a jax that refuses that call leaves GQA undeclared, its cases unsupported.
+        if self.implementation is None and not cache.memo(
+                "jax.nn gqa:cpu", functools.partial(_probe_gqa, self.implementation)):
+            self.features = self.features - {"gqa"}
 
     def dtypes(self, device: str) -> Sequence[str]:
         return [t for t in super().dtypes(device) if _usable(device, t, self.implementation)]
@@ -111,6 +122,20 @@ def _probe_dtype(device: str, dtype: str, implementation) -> bool:
         jax.block_until_ready(call(q))  # under jit, as the plugin runs it
         return True
     except Exception:  # any failure means: not usable in this dtype here
+        return False
+
+
+def _probe_gqa(implementation) -> bool:
+    """Whether a tiny GQA call (4 query heads, 2 kv heads, layout (B, T, N, D)) runs on the
+    CPU under jit (jax 0.4.31 raised on it: it wanted another query layout)."""
+    try:
+        q = jnp.zeros((1, 5, 4, 8), jnp.float32)  # (B, L, H, D)
+        kv = jnp.zeros((1, 5, 2, 8), jnp.float32)  # (B, S, K, D)
+        call = jax.jit(lambda a, b: jax.nn.dot_product_attention(a, b, b,
+                                                                 implementation=implementation))
+        jax.block_until_ready(call(q, kv))
+        return True
+    except Exception:  # any failure means: GQA does not run in this layout here
         return False
 
 

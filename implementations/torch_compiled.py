@@ -152,15 +152,36 @@ RECOMPILE_LIMIT = 4096
 ACCUMULATED_RECOMPILE_LIMIT = 65536
 
 
+# dynamo's config names for the same settings, newest first: torch 2.6 renamed
+# cache_size_limit to recompile_limit (2.4 and 2.5 have only the old names).
+LIMIT_NAMES = {"recompile": ("recompile_limit", "cache_size_limit"),
+               "accumulated": ("accumulated_recompile_limit", "accumulated_cache_size_limit"),
+               "fail_on_hit": ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit")}
+
+
+def config_name(cfg: Any, setting: str) -> str:
+    """The name this torch's dynamo config gives ``setting`` (a key of LIMIT_NAMES): the
+    first name the config answers to, found by reading it, not by version."""
+    for name in LIMIT_NAMES[setting]:
+        try:
+            getattr(cfg, name)
+            return name
+        except AttributeError:
+            continue
+    raise AttributeError(f"torch._dynamo.config: none of {LIMIT_NAMES[setting]} exists in "
+                         f"torch {torch.__version__}")
+
+
 def allow_recompiles() -> None:
     """Raise dynamo's recompile limits (never lower them); warm_call still refuses the
     eager fallback should a run get past them."""
     import torch._dynamo
 
     cfg = torch._dynamo.config
-    cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
-    cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit,
-                                          ACCUMULATED_RECOMPILE_LIMIT)
+    for setting, limit in (("recompile", RECOMPILE_LIMIT),
+                           ("accumulated", ACCUMULATED_RECOMPILE_LIMIT)):
+        name = config_name(cfg, setting)
+        setattr(cfg, name, max(getattr(cfg, name), limit))
 
 
 def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:
@@ -172,7 +193,8 @@ def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:
     import torch._dynamo
 
     start = time.perf_counter()
-    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+    cfg = torch._dynamo.config
+    with cfg.patch(**{config_name(cfg, "fail_on_hit"): True}):
         impl.run(state)
     impl.synchronize(state)
     return time.perf_counter() - start

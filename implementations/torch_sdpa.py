@@ -2,14 +2,16 @@
 
 ``torch.sdpa`` lets torch choose the backend. ``backend_variants()`` registers
 ``torch.sdpa[flash|efficient|cudnn|math]``, each pinned with
-``torch.nn.attention.sdpa_kernel`` and registered only where a probe call works,
-with only the devices and mask kinds that backend accepts.
+``torch.nn.attention.sdpa_kernel`` (``torch.backends.cuda.sdp_kernel`` before torch 2.3)
+and registered only where a probe call works, declaring only the devices, dtypes,
+features and mask forms its probe calls ran (``FORMS``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, List, Sequence
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from implementations.torch_common import TorchCore, cuda_available
 from suite import cache
 from suite.adapters import AttendMask
-from suite.plugin import Deviation
+from suite.plugin import Deviation, Unsupported
 
 
 def _has_gqa() -> bool:
@@ -93,72 +95,122 @@ class TorchSDPA(TorchCore):
 
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
-# What each backend accepts beyond plain attention (masks other than is_causal need a
-# float attn_mask, which flash does not take).
+# Mask kinds that reach SDPA as a float attn_mask (everything but is_causal alone).
 MASKED = frozenset({"valid_lens", "causal_bottom_right", "bool_mask", "bias"})
+# torch < 2.3 has no torch.nn.attention.sdpa_kernel: its context manager takes one flag
+# per backend (cudnn has none there).
+LEGACY_FLAGS = {"flash": "enable_flash", "efficient": "enable_mem_efficient", "math": "enable_math"}
 
 
-def _probe(backend, device: str, dtype: torch.dtype, masked: bool) -> bool:
-    """True when a tiny call with this backend works on this device and dtype."""
-    from torch.nn.attention import sdpa_kernel
-
+def kernel_context(short: str) -> Optional[Callable[[], Any]]:
+    """A factory of the context that pins SDPA backend ``short``, by what this torch has:
+    ``torch.nn.attention.sdpa_kernel`` (2.3 on) or ``torch.backends.cuda.sdp_kernel``
+    (flags, before it); None when neither can name that backend."""
     try:
-        q = torch.randn(1, 2, 8, 16, device=device, dtype=dtype)
-        mask = torch.zeros(1, 1, 8, 8, device=device, dtype=dtype) if masked else None
-        with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
-            F.scaled_dot_product_attention(q, q, q, is_causal=True)
-        return True
-    except RuntimeError:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        legacy = getattr(torch.backends.cuda, "sdp_kernel", None)
+        if legacy is None or short not in LEGACY_FLAGS:
+            return None
+        flags = {f: f == LEGACY_FLAGS[short] for f in LEGACY_FLAGS.values()}
+        return functools.partial(legacy, **flags)
+    backend = getattr(SDPBackend, BACKENDS[short], None)
+    return None if backend is None else functools.partial(sdpa_kernel, backend)
+
+
+# What a backend is probed for, one tiny call each (q (1, 2, 8, 16)): "plain" decides
+# whether it runs at all in a dtype; the rest decide each declared feature or mask form.
+# A backend that refuses one (flash on the CPU of torch 2.4/2.5 takes no broadcast mask,
+# no GQA, no gradient through a masked call: "No available kernel") leaves it undeclared,
+# so those cases are unsupported, never errors.
+FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask")
+
+
+def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, form: str) -> bool:
+    """True when backend ``context`` runs ``form`` (a name in FORMS) on device and dtype."""
+    try:
+        grad = form.startswith("grad")
+        q = torch.randn(1, 2, 8, 16, device=device, dtype=dtype, requires_grad=grad)
+        k = v = q
+        kw: Dict[str, Any] = {}
+        if form == "causal":
+            kw["is_causal"] = True
+        elif form in ("mask", "grad_mask"):
+            kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype)  # (B, H, L, S)
+        elif form == "mask_broadcast":
+            kw["attn_mask"] = torch.zeros(1, 1, 1, 8, device=device, dtype=dtype)  # (1, 1, 1, S)
+        elif form == "mask_strided":  # a (B, H, L, S) view whose last dimension is not contiguous
+            kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype).transpose(-1, -2)
+        elif form == "gqa":
+            k = v = torch.randn(1, 1, 8, 16, device=device, dtype=dtype)  # (B, K=1, S, D)
+            if HAS_GQA:
+                kw["enable_gqa"] = True
+            else:  # the plugin repeats kv heads itself: that is the call the backend sees
+                k = v = k.repeat_interleave(2, dim=1)  # (B, H, S, D)
+        with context():
+            out = F.scaled_dot_product_attention(q, k, v, **kw)
+            if grad:
+                out.sum().backward()
+        return bool(torch.isfinite(out).all())
+    except RuntimeError:  # "No available kernel" and its kin: this form does not run here
         return False
 
 
 def _probe_backends() -> Dict[str, Dict[str, Any]]:
-    """Per SDPA backend that works on some device here: its dtypes per device and whether
-    it takes a float mask."""
-    from torch.nn.attention import SDPBackend
-
+    """Per SDPA backend that runs on some device here: its dtypes per device and the forms
+    (FORMS) it runs in float32 (or its first dtype) on every device it runs on."""
     devices = ["cpu"] + ([f"cuda:{i}" for i in range(torch.cuda.device_count())]
                          if cuda_available() else [])
     found: Dict[str, Dict[str, Any]] = {}
-    for short, attr in BACKENDS.items():
-        backend = getattr(SDPBackend, attr, None)
-        if backend is None:
+    for short in BACKENDS:
+        context = kernel_context(short)
+        if context is None:
             continue
         dtypes: Dict[str, Sequence[str]] = {}
-        masked_ok = True
+        forms = set(FORMS[1:])
         for dev in devices:
             ok = [n for n, t in (("float32", torch.float32), ("float16", torch.float16),
                                  ("bfloat16", torch.bfloat16), ("float64", torch.float64))
-                  if _probe(backend, dev, t, masked=False)]
+                  if _probe_form(context, dev, t, "plain")]
             if ok:
                 dtypes[dev] = ok
-                masked_ok &= _probe(backend, dev, torch.float32 if "float32" in ok
-                                    else torch.float16, masked=True)
+                t = torch.float32 if "float32" in ok else getattr(torch, ok[0])
+                forms &= {f for f in FORMS[1:] if _probe_form(context, dev, t, f)}
         if dtypes:
-            found[short] = {"dtypes": dtypes, "masked": masked_ok}
+            found[short] = {"dtypes": dtypes, "forms": sorted(forms)}
     return found
 
 
-def backend_variants() -> List[type]:
-    """One class per SDPA backend that works on some device here (probed once per process
-    and cached on disk per library versions)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def declared(forms: Sequence[str]) -> frozenset:
+    """The features a backend that runs ``forms`` declares (of TorchSDPA's)."""
+    features = set(TorchSDPA.features)
+    if "mask" not in forms:
+        features -= MASKED
+    if "causal" not in forms:
+        features -= {"causal"}
+    if "gqa" not in forms:
+        features -= {"gqa"}
+    if "grad" not in forms:
+        features -= {"grad"}
+    return frozenset(features)
 
+
+def backend_variants() -> List[type]:
+    """One class per SDPA backend that works on some device here, declaring only what its
+    probes ran (probed once per process and cached on disk per library versions)."""
     out = []
-    for short, found in cache.memo("torch.sdpa backends", _probe_backends).items():
-        features = TorchSDPA.features - {"grad"} | ({"grad"} if short != "cudnn" else set())
-        if not found["masked"]:
-            features = features - MASKED
-        out.append(_variant(short, getattr(SDPBackend, BACKENDS[short]), found["dtypes"],
-                            frozenset(features), sdpa_kernel))
+    for short, found in cache.memo(f"torch.sdpa backends:{','.join(FORMS)}", _probe_backends).items():
+        context = kernel_context(short)
+        if context is not None:
+            out.append(_variant(short, context, found["dtypes"], found["forms"]))
     return out
 
 
-def _variant(short: str, backend, dtypes: Dict[str, Sequence[str]], features: frozenset,
-             sdpa_kernel) -> type:
+def _variant(short: str, context: Callable[[], Any], dtypes: Dict[str, Sequence[str]],
+             forms: Sequence[str]) -> type:
     class Variant(TorchSDPA):
         name = f"torch.sdpa[{short}]"
+        runs = frozenset(forms)
 
         def devices(self) -> List[str]:
             return list(dtypes)
@@ -167,9 +219,31 @@ def _variant(short: str, backend, dtypes: Dict[str, Sequence[str]], features: fr
             return dtypes.get(device, ())
 
         def backend(self):
-            return sdpa_kernel(backend)
+            return context()
 
-    Variant.features = features
+        def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+            refused = refused_form(self.runs, q, mask)
+            if refused:
+                raise Unsupported(f"{self.name} does not run {refused} on torch "
+                                  f"{torch.__version__} (its probe call raised)")
+            return super().attend(q, k, v, mask, scale, need_weights)
+
+    Variant.features = declared(forms)
     Variant.__name__ = Variant.__qualname__ = f"TorchSDPA_{short}"
     return Variant
 
+
+def refused_form(runs: frozenset, q: torch.Tensor, mask: AttendMask) -> Optional[str]:
+    """The form of this call (q (B, H, L, D)) that the backend's probes did not run, or None:
+    a mask that broadcasts over batch, heads or queries, a mask whose last dimension is not
+    contiguous (a broadcast bias laid out by the toolkit), or a gradient through a mask."""
+    if mask.bias is None or mask.causal_only:
+        return None
+    if "mask_strided" not in runs and mask.bias.stride(-1) != 1:
+        return "an attn_mask whose last dimension is not contiguous"
+    if "mask_broadcast" not in runs and any(m == 1 and n > 1 for m, n in
+                                           zip(mask.bias.shape[:3], q.shape[:3])):
+        return "a broadcast attn_mask"
+    if "grad_mask" not in runs and q.requires_grad:
+        return "a gradient through an attn_mask"
+    return None

@@ -177,9 +177,10 @@ def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
         rows = _bias_masked_rows(p)  # (B, H, L, 1)
         ref_w = np.where(rows, np.nan, ref_w)
         ref_out = np.where(rows.any(axis=1), np.nan, ref_out)  # (B, L, 1): W_o mixes heads
+    model_out, model_w = oracle.first_order(p, dtype, fully_masked)
     readers = _nan_readers(p) if nan_confined else None
     comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
-                     may_be_nan=readers)]
+                     may_be_nan=readers, model=model_out)]
     if with_weights:
         if res.attn_weights is None:
             raise AssertionError("declares 'weights' but returned none")
@@ -188,7 +189,8 @@ def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
             ~_allowed(p).any(axis=-1, keepdims=True)
         got_w, ref_w = _nan_weight_rows(np.asarray(res.attn_weights, np.float64), ref_w, special)
         comps.append(compare("weights", got_w, ref_w, [n[1] for n in naive], dtype,
-                             may_be_nan=None if readers is None else readers[..., None]))
+                             may_be_nan=None if readers is None else readers[..., None],
+                             model=model_w))
     return comps
 
 

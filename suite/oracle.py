@@ -174,7 +174,8 @@ def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndar
     concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
     out = project(concat, w["w_o"], w["b_o"])  # (B, L, E)
     return {"x": x, "w": w, "q": q, "k": k, "v": v_used, "used": used, "weights": weights,
-            "heads": heads, "concat": concat, "out": out, "allowed": allowed}
+            "heads": heads, "concat": concat, "out": out, "allowed": allowed, "logits": logits,
+            "sees": sees}
 
 
 def oracle(p: Problem, fully_masked: str = "zero") -> Tuple[np.ndarray, np.ndarray]:
@@ -194,3 +195,66 @@ def baselines(p: Problem, dtype: str, fully_masked: str = "zero"
               ) -> List[Tuple[np.ndarray, np.ndarray]]:
     """naive_t in every reduction order; the rule takes the largest error among them."""
     return [naive(p, dtype, order, fully_masked) for order in ORDERS]
+
+
+# Unit roundoff per dtype: half the distance from 1.0 to the next value.
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11,
+                 "bfloat16": 2.0**-8}
+
+
+def first_order(p: Problem, dtype: str, fully_masked: str = "zero"
+                ) -> Tuple[np.ndarray, np.ndarray]:
+    """The size of the error that rounding every stored intermediate to ``dtype`` once
+    gives the output (B, L, E) and the weights (B, H, L, S), to first order, in their units.
+
+    Every result (projection and q.k products, logits, weights, head outputs, the output) is
+    taken as rounded once, an independent error of size u |value| (u the unit roundoff), and
+    the errors are propagated through the exact float64 pass, adding in quadrature (root sum
+    of squares: independent roundings do not all take the worst sign): a logit l_j off by
+    dl_j moves head output h by sum_j w_j (v_j - h) dl_j. This is the case's condition: it
+    scales with |logits| and |v_j - h|, and it does not depend on how one summation order
+    happened to round on one seed (a row with two nearly tied logits makes every plain
+    order's error a lottery; this is the size of the draw). The root sum of squares is
+    scaled by sqrt(2 ln 2n), n the entries compared, as the rule compares the largest error.
+    """
+    u2 = UNIT_ROUNDOFF[dtype] ** 2
+    f = forward(p, EXACT, fully_masked)
+    B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+    w, x = f["w"], f["x"]
+
+    def sq(a: np.ndarray) -> np.ndarray:
+        """Squares, with NaN/inf (masked or padded entries, weighed 0 below) as 0."""
+        return np.square(np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=0.0, neginf=0.0))
+
+    def proj_var(inp: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
+        # each product x_i W_ij and the result rounded once: u^2 (x^2 @ W^2 + b^2)
+        var = sq(inp) @ sq(wm)  # (B, L, out)
+        return u2 * (var if b is None else var + sq(b))
+
+    dq = proj_var(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
+    dk = proj_var(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+    dv = proj_var(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+    dk, dv = np.repeat(dk, H // K, axis=1), np.repeat(dv, H // K, axis=1)  # (B, H, S, D)
+    q2, k2, v2 = sq(f["q"]), sq(f["k"]), sq(f["v"])
+    weights = np.nan_to_num(f["weights"])  # (B, H, L, S); the nan policy's rows count as 0
+    w2 = np.square(weights)
+    seen = weights > 0  # only keys a row weighs carry its error (masked logits are -inf)
+    s2 = float(p.effective_scale) ** 2
+    kt, dkt = k2.transpose(0, 1, 3, 2), dk.transpose(0, 1, 3, 2)  # (B, H, D, S)
+    dl = u2 * sq(f["logits"]) + s2 * (u2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S)
+    dl = np.where(seen, dl, 0.0)
+    heads = np.nan_to_num(f["heads"])  # (B, H, L, D)
+    vals = np.nan_to_num(f["v"])  # (B, H, S, D)
+    spread = np.square(vals[:, :, None, :, :] - heads[:, :, :, None, :])  # (v_j - h)^2 (B, H, L, S, D)
+    dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True)) + u2 * w2  # (B, H, L, S)
+    dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
+          + u2 * (w2 @ v2) + u2 * np.square(heads))  # (B, H, L, D)
+    dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
+    dout = (dcat + u2 * sq(f["concat"])) @ sq(w["w_o"]) + u2 * sq(f["out"])  # (B, L, E)
+    # Each entry's error is a sum of many independent roundings (about Gaussian, std the
+    # root sum of squares above); the largest of n such entries is about std *
+    # sqrt(2 ln 2n) (the expected maximum of n half-normal draws): the rule compares maxima.
+    def tail(n: int) -> float:
+        return float(np.sqrt(2.0 * np.log(2.0 * max(n, 1))))
+
+    return np.sqrt(dout) * tail(dout.size), np.sqrt(dw) * tail(dw.size)

@@ -268,6 +268,10 @@ class Registry:
             check_interface(cls)
             impl = cls()
             entry = Entry(name, source, impl=impl)
+            if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
+                entry = Entry(name, source, error=f"runs on no device and dtype here "
+                                                  f"(devices {list(impl.devices())}, none with "
+                                                  f"a dtype its probes ran)")
         except Exception as exc:  # a plugin that fails to construct is listed, not fatal
             entry = Entry(name, source, error=_describe(exc))
         self._entries[name] = entry
@@ -408,6 +412,12 @@ def shared(plugins: Iterable[str] = ()) -> Registry:
     if key not in _SHARED:
         _SHARED[key] = build(plugins=key[0])
     return _SHARED[key]
+
+
+def runs_anywhere(impl: Implementation) -> bool:
+    """Whether ``impl`` declares a dtype on some device: a built-in that declares none has
+    nothing to run here and is unavailable, not "available" with an empty list."""
+    return any(list(impl.dtypes(d)) for d in impl.devices())
 
 
 def is_plugin_class(obj: object) -> bool:

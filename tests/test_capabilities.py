@@ -1,0 +1,166 @@
+"""Feature detection by capability, for the framework releases that cannot be installed here
+(torch older than 2.13 has no CPU wheel reachable from CI): each test stands in for an older
+release by taking away or breaking what that release lacks, and checks the built-in says so
+(undeclared feature -> "unsupported", missing API -> unavailable with the reason).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from suite import check
+from suite.cases import get
+from suite.registry import Registry
+
+
+class _OldDynamoConfig:
+    """torch 2.4/2.5's dynamo config: the limits under their old names only."""
+
+    def __init__(self) -> None:
+        self.cache_size_limit = 8
+        self.accumulated_cache_size_limit = 256
+
+
+def test_recompile_limits_are_raised_under_either_name(monkeypatch):
+    pytest.importorskip("torch")
+    import torch._dynamo
+
+    from implementations import torch_compiled
+
+    old = _OldDynamoConfig()
+    monkeypatch.setattr(torch._dynamo, "config", old)
+    torch_compiled.allow_recompiles()
+    assert old.cache_size_limit == torch_compiled.RECOMPILE_LIMIT
+    assert old.accumulated_cache_size_limit == torch_compiled.ACCUMULATED_RECOMPILE_LIMIT
+    assert torch_compiled.config_name(old, "recompile") == "cache_size_limit"
+    with pytest.raises(AttributeError, match="fail_on_recompile_limit_hit"):
+        torch_compiled.config_name(old, "fail_on_hit")
+
+
+def test_recompile_limit_new_name_wins_and_is_never_lowered(monkeypatch):
+    pytest.importorskip("torch")
+    import torch._dynamo
+
+    from implementations import torch_compiled
+
+    new = types.SimpleNamespace(recompile_limit=10**6, accumulated_recompile_limit=3)
+    monkeypatch.setattr(torch._dynamo, "config", new)
+    torch_compiled.allow_recompiles()
+    assert new.recompile_limit == 10**6
+    assert new.accumulated_recompile_limit == torch_compiled.ACCUMULATED_RECOMPILE_LIMIT
+
+
+def _flash_of_torch_2_4(monkeypatch):
+    """SDPA whose pinned backend refuses a broadcast or non-contiguous mask, GQA and gradients
+    through a mask (what flash on the CPU of torch 2.4/2.5 answers: "No available kernel")."""
+    import torch
+    import torch.nn.functional as F
+
+    from implementations import torch_sdpa
+
+    real = F.scaled_dot_product_attention
+    pinned = {"on": False}
+
+    def sdpa(q, k, v, attn_mask=None, **kw):
+        if pinned["on"]:
+            broadcast = attn_mask is not None and any(
+                m == 1 and n > 1 for m, n in zip(attn_mask.shape[:3], q.shape[:3])
+            ) or (attn_mask is not None and attn_mask.stride(-1) != 1)
+            if broadcast or q.shape[1] != k.shape[1] or kw.get("enable_gqa") or (
+                    attn_mask is not None and q.requires_grad):
+                raise RuntimeError("No available kernel. Aborting execution.")
+        return real(q, k, v, attn_mask=attn_mask, **kw)
+
+    class Pin:
+        def __enter__(self):
+            pinned["on"] = True
+
+        def __exit__(self, *exc):
+            pinned["on"] = False
+
+    monkeypatch.setattr(torch_sdpa.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(torch_sdpa, "kernel_context",
+                        lambda short: (lambda: Pin()) if short == "flash" else None)
+    monkeypatch.setattr(torch_sdpa.cache, "memo", lambda name, compute: compute())
+    return torch
+
+
+def test_sdpa_backend_declares_only_the_forms_its_probes_ran(monkeypatch):
+    pytest.importorskip("torch")
+    _flash_of_torch_2_4(monkeypatch)
+    from implementations import torch_sdpa
+
+    (flash,) = torch_sdpa.backend_variants()
+    assert flash.name == "torch.sdpa[flash]"
+    assert "gqa" not in flash.features and "grad" in flash.features
+    assert {"bias", "valid_lens", "causal"} <= flash.features
+    assert set(flash.runs) == {"causal", "mask", "grad"}
+    impl = flash()
+    by_case = {name: check.run_case(impl, flash.name, "cpu", "float32", get(family, name)).outcome
+               for family, name in [("shapes", "gqa"), ("masking", "bias_broadcast"),
+                                    ("masking", "bias"), ("masking", "none")]}
+    # A missing kernel is "unsupported", never an error; what it runs still passes.
+    assert by_case == {"gqa": "unsupported", "bias_broadcast": "unsupported",
+                       "bias": "pass", "none": "pass"}
+
+
+def test_sdpa_kernel_falls_back_to_the_pre_2_3_context_manager(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from implementations import torch_sdpa
+
+    monkeypatch.setitem(sys.modules, "torch.nn.attention", None)  # torch 2.2: no such module
+    seen = {}
+    monkeypatch.setattr(torch.backends.cuda, "sdp_kernel", lambda **flags: seen.update(flags),
+                        raising=False)
+    torch_sdpa.kernel_context("flash")()
+    assert seen == {"enable_flash": True, "enable_mem_efficient": False, "enable_math": False}
+    assert torch_sdpa.kernel_context("cudnn") is None  # no flag for it before 2.3
+
+
+def test_jax_nn_without_dot_product_attention_is_unavailable_with_the_reason(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from implementations import jax_nn
+
+    monkeypatch.delattr(jax.nn, "dot_product_attention")
+    reg = Registry()
+    entry = reg.register(jax_nn.JaxNN, source="builtin")
+    assert not entry.available
+    assert "no jax.nn.dot_product_attention" in entry.error and jax.__version__ in entry.error
+
+
+def test_jax_nn_that_refuses_the_gqa_layout_leaves_gqa_undeclared(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from implementations import jax_nn
+
+    real = jax.nn.dot_product_attention
+
+    def old(q, k, v, *a, **kw):  # jax 0.4.31: K kv heads in this layout raise
+        if q.shape[2] != k.shape[2]:
+            raise ValueError("query and key heads differ")
+        return real(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", old)
+    monkeypatch.setattr(jax_nn.cache, "memo", lambda name, compute: compute())
+    impl = jax_nn.JaxNN()
+    assert "gqa" not in impl.features
+    out = check.run_case(impl, "jax.nn", "cpu", "float32", get("shapes", "gqa"))
+    assert out.outcome == "unsupported", out.reason
+
+
+def test_builtin_with_no_dtype_anywhere_is_unavailable_with_a_reason():
+    from implementations.numpy_mha import NumpyMHA
+
+    class NoDtypes(NumpyMHA):
+        name = "numpy.none"
+
+        def dtypes(self, device):
+            return ()
+
+    entry = Registry().register(NoDtypes, source="builtin")
+    assert not entry.available
+    assert "runs on no device and dtype" in entry.error
+    # A user's plugin is listed as it declares itself.
+    assert Registry().register(NoDtypes, source="plugin").available
