@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence
 from suite import registry
 from suite.problem import InputError
 from suite.records import ResultsError
+from suite.selection import PLUGIN_OPTION, add_impl_plugin
 
 CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
 
@@ -22,11 +23,7 @@ class CLIError(Exception):
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", action="append", default=[], metavar="GLOB",
-                   help="implementation name or glob, e.g. 'torch.*' (repeatable; default all)")
-    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
-                   help="register module:Class or path/to/file.py[:Class] (repeatable; "
-                        f"also ${registry.PLUGINS_ENV})")
+    add_impl_plugin(p)
     p.add_argument("--replace-builtin", action="append", default=[], metavar="NAME",
                    help="let a --plugin class named NAME replace the built-in of that name "
                         f"(repeatable; also ${registry.REPLACE_ENV}); without it such a "
@@ -181,13 +178,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     dtypes = args.dtype or sweep.preset_dtypes(args.preset)
     check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
                                        "dtype": dtypes, "k": None, "pytest_args": []})
-    sweep_parser = argparse.ArgumentParser(prog="mha-suite sweep")
-    sweep.add_arguments(sweep_parser)
-    sweep_args = sweep_parser.parse_args([f"--preset={args.preset}", f"--out={out}",
-                              *(["--resume"] if args.resume else []),
-                              *[f"--impl={i}" for i in args.impl],
-                              *[f"--plugin={p}" for p in args.plugin],
-                              *[f"--device={d}" for d in args.device]])
+    sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
+                                 impl=list(args.impl), plugin=list(args.plugin),
+                                 device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)
     try:
@@ -269,8 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("case_id", metavar="CASE_ID",
                    help="IMPL-DEVICE-DTYPE-FAMILY/CASE, as in a test id "
                         "(e.g. torch.flex-cpu-float32-shapes/no_projection_bias)")
-    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
-                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
+    p.add_argument(PLUGIN_OPTION[0], **PLUGIN_OPTION[1])
     p.add_argument("--out", default=None, metavar="DIR",
                    help="folder for repro.py and inputs.npz (default repro/<case id>)")
     p.set_defaults(func=cmd_repro)
