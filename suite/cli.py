@@ -136,15 +136,40 @@ def preflight_check(args: argparse.Namespace) -> None:
     preflight.targets(entries, args.device, args.dtype)
     preflight.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
     preflight.positive(getattr(args, "hypothesis_examples", None), "--hypothesis-examples")
+    preflight.positive(getattr(args, "repeat", None), "--repeat")
+    if getattr(args, "known_failures", None):
+        from suite.conformance.session import KnownFailuresError, read_known_failures
+
+        try:
+            read_known_failures(args.known_failures)
+        except KnownFailuresError as exc:
+            raise CLIError(str(exc)) from None
     if getattr(args, "json", None):
         records.check_writable(args.json, "--json", kind="conformance")
+
+
+class _SessionOf:
+    """A pytest plugin that keeps the config of the session it is handed to."""
+
+    config = None
+
+    def pytest_configure(self, config) -> None:
+        self.config = config
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     import pytest
 
+    from suite.conformance.session import ConformanceSession
+
     preflight_check(args)
-    code = int(pytest.main(conformance_args(args, args.json)))
+    holder = _SessionOf()
+    code = int(pytest.main(conformance_args(args, args.json), plugins=[holder]))
+    session = ConformanceSession.of(holder.config) if holder.config is not None else None
+    if session is not None and session.save_error:
+        return 1  # said in one line by the session; the records saved before are kept
+    if code == pytest.ExitCode.INTERRUPTED:
+        return 130  # Ctrl-C or SIGTERM: said in one line, the finished cases saved
     # pytest: 0 all passed, 1 some failed, 5 nothing collected; the rest are usage errors.
     return code
 

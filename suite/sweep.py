@@ -208,6 +208,9 @@ def preflight(args: argparse.Namespace) -> Dict[str, Any]:
     check.positive(args.memory_budget, "--memory-budget", integer=False)
     check.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
     swept = sorted({p["device"] for p in spec["points"]})
+    if args.shard:
+        shard.check_has_work([(e.name, d) for e in entries for d in e.impl.devices()
+                              if any(d.startswith(s) for s in swept)], *args.shard)
     check.devices(entries, swept, "--device" if args.device else f"--preset {args.preset} (device)")
     records.check_writable(results_path(args), "--out", kind="sweep")
     return spec
@@ -260,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
     if counts:
         print("not measured: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     failed = sum(counts[s.value] for s in FAILED_STATUSES)
-    if out.exists():
-        print(f"sweep results: {out.resolve()}")
+    written = session.written or out
+    if written.exists():
+        print(f"sweep results: {written.resolve()}")
     # 0 ok; 5 nothing to run (e.g. everything resumed); 130 interrupted (points kept);
     # 1 when a point raised, timed out or returned an invalid output (recorded; the
     # other points were measured).

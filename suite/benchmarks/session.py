@@ -13,10 +13,12 @@ is never recorded. ``--resume`` runs only the points not measured in the file.
 
 from __future__ import annotations
 
+import platform
 import signal
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pytest
@@ -54,6 +56,8 @@ class SweepSession:
         self.save_s = 0.0
         self.interrupted: Optional[str] = None
         self.save_error: Optional[str] = None  # the first failed save: the run stops there
+        self.written: Optional[Path] = None  # the file saved into (this machine's own file
+        # when --out's holds another machine's points)
 
     @staticmethod
     def of(config: pytest.Config) -> Optional[SweepSession]:
@@ -75,7 +79,9 @@ class SweepSession:
         if self.selection is None:
             self.selection = Selection.from_config(config)
         timing.fix_malloc_thresholds()  # before the points allocate: comparable CPU memory
-        self.done = records.measured_keys(self.out) if self.spec.get("resume") else set()
+        if self.spec.get("resume"):
+            own = records.machine_path(self.out, {"machine_info": {"node": platform.node()}})
+            self.done = records.measured_keys(self.out) | records.measured_keys(own)
         self.threads = timing.pin_threads(self.spec.get("threads"))
         # the sweep's wall time runs from here: collection (registry, imports) included
         self.started = time.perf_counter()
@@ -173,7 +179,7 @@ class SweepSession:
         elif self.interrupted:
             n = len(self.points) + len(self.not_measured)
             print(f"mha-suite: {self.interrupted}: the {n} points finished in this run are "
-                  f"saved in {self.out}; the point in progress was not "
+                  f"saved in {self.written or self.out}; the point in progress was not "
                   "(run again with --resume to finish)", file=sys.stderr)
 
     # -- the points ------------------------------------------------------------------------
@@ -207,11 +213,15 @@ class SweepSession:
             return
         start = time.perf_counter()
         try:
-            records.merge_sweep(self.out, self.run_info, self.points, self.not_measured,
-                                self.spec.get("preset"))
+            written = records.save_sweep(self.out, self.run_info, self.points,
+                                         self.not_measured, self.spec.get("preset"))
         except (OSError, records.ResultsError) as exc:
             self.save_error = f"--out: cannot save {self.out}: " + records.os_reason(exc)
             return
+        if str(written) != self.out and self.written != written:
+            self.note(f"{self.out} holds another machine's points: this machine's are saved "
+                      f"in {written}")
+        self.written = written
         self.saved = self.count
         self.save_s += time.perf_counter() - start
 

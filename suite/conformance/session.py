@@ -100,6 +100,11 @@ class ConformanceSession:
         self.json_path: Optional[str] = config.getoption("--conformance-json")
         self._targets: Optional[list] = None
         self.interrupted: Optional[str] = None
+        self.save_error: Optional[str] = None  # the first failed save: the run stops there
+        self.session: Optional[pytest.Session] = None
+        repeat = config.getoption("--repeat")
+        if repeat < 1:
+            raise pytest.UsageError(f"--repeat: expected a positive int, got {repeat}")
 
     @classmethod
     def ensure(cls, config: pytest.Config) -> ConformanceSession:
@@ -113,7 +118,7 @@ class ConformanceSession:
 
     @staticmethod
     def of(config: pytest.Config) -> ConformanceSession:
-        return config.stash[SESSION]
+        return config.stash.get(SESSION, None)
 
     def targets(self) -> list:
         """(entry, device, dtype) triples, computed once per session."""
@@ -137,6 +142,7 @@ class ConformanceSession:
     # -- hooks ---------------------------------------------------------------------------
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
         # SIGTERM (a CI job cancelled, `kill`) is handled as Ctrl-C: what finished is saved.
         if not is_worker(self.config) and signal.getsignal(signal.SIGTERM) in (
                 signal.SIG_DFL, None):
@@ -201,14 +207,20 @@ class ConformanceSession:
         if time.monotonic() - self.saved > SAVE_EVERY_S:
             self.save()  # a killed run keeps what it measured
 
-    def pytest_keyboard_interrupt(self, excinfo) -> None:
-        self.interrupted = self.interrupted or "interrupted"
-
     def save(self) -> None:
-        if self.json_path and self.records:
+        """Merge the records into --conformance-json. A save that fails (a full disk, a
+        file-size limit) stops the run: the file keeps the records saved before."""
+        if self.json_path and self.records and not self.save_error:
+            from suite import records
             from suite.conformance.summary import write_json
 
-            write_json(self.json_path, self.records, self.config)
+            try:
+                write_json(self.json_path, self.records, self.config)
+            except (OSError, records.ResultsError) as exc:
+                self.save_error = (f"--json: cannot save {self.json_path}: "
+                                   f"{records.os_reason(exc)}")
+                if self.session is not None:
+                    self.session.shouldstop = self.save_error
         self.saved = time.monotonic()
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config
@@ -233,10 +245,26 @@ class ConformanceSession:
             terminalreporter.write_line(line)
         if self.json_path:
             self.save()
-            terminalreporter.write_line(f"conformance results: {os.path.abspath(self.json_path)}")
+            if not self.save_error:
+                terminalreporter.write_line(
+                    f"conformance results: {os.path.abspath(self.json_path)}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = self.interrupted or "interrupted"
+        # One line (pytest_unconfigure's) instead of pytest's KeyboardInterrupt banner.
+        # (pytest offers no option for it: its reporter's private method is silenced.)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and hasattr(reporter, "_report_keyboardinterrupt"):
+            reporter._report_keyboardinterrupt = lambda: None
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.interrupted and not is_worker(config):
+        if is_worker(config):
+            return
+        if self.save_error:
+            print(f"mha-suite: error: {self.save_error}; the records saved before are kept",
+                  file=sys.stderr)
+        elif self.interrupted:
             where = f" in {os.path.abspath(self.json_path)}" if self.json_path else ""
             print(f"mha-suite: {self.interrupted}: the {len(self.records)} cases finished are "
                   f"saved{where}; the cases in progress were not", file=sys.stderr)
