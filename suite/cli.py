@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -174,6 +175,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
+def _check_folder(out: Path, argument: str) -> None:
+    """``out`` is a folder that can be created and written (checked before any work)."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"{argument}: expected a folder, got the file {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise CLIError(f"{argument}: expected a writable folder, got {out} "
+                       f"({exc.strerror or type(exc).__name__})") from None
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     """Write a standalone reproducer of one conformance case (suite.repro)."""
     from suite import repro
@@ -185,16 +199,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
         if not entry.available:
             raise CLIError(f"{entry.name} is unavailable here: {entry.error}")
         out = Path(args.out or Path("repro") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.case_id))
+        _check_folder(out, "--out")
         script, inputs = repro.write(entry.impl, args.case_id, out)
     except repro.ReproError as exc:
         raise CLIError(str(exc)) from None
+    except OSError as exc:  # the folder changed under us (full disk, removed)
+        raise CLIError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
     print(f"reproducer: {script}  (inputs: {inputs})\nrun it: python {script}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: conformance, the sweep, the report."""
-    from reports.cli import build_report
+    from reports.cli import build_report, check_report_target
     from suite import records, sweep
 
     out = Path(args.out)
@@ -213,6 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as exc:
         raise CLIError(str(exc)) from None
     records.check_writable(out / "report.html", "--out")
+    check_report_target(out / "report.html")
     steps = {}  # seconds per step, printed at the end: where the main job's time went
     print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
     start = time.monotonic()

@@ -103,6 +103,11 @@ def capture(impl: Any, problem: Any, device: str, dtype: str) -> Dict[str, np.nd
     impl.attend = spy
     try:
         measure.prepare(impl, problem, device, dtype).call()  # as a sweep point prepares
+    except Exception as exc:  # the library is missing or refuses: one line, not a traceback
+        from suite.check import error_text
+
+        raise ReproError(f"{impl.name}: running the case on {device}/{dtype} failed: "
+                         f"{error_text(exc)}") from None
     finally:
         del impl.attend
     return seen
