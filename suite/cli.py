@@ -139,7 +139,7 @@ def preflight_check(args: argparse.Namespace) -> None:
     preflight.positive(getattr(args, "hypothesis_examples", None), "--hypothesis-examples")
     preflight.positive(getattr(args, "repeat", None), "--repeat")
     if getattr(args, "known_failures", None):
-        from suite.conformance.session import KnownFailuresError, read_known_failures
+        from suite.conformance_session import KnownFailuresError, read_known_failures
 
         try:
             read_known_failures(args.known_failures)
@@ -161,7 +161,7 @@ class _SessionOf:
 def cmd_check(args: argparse.Namespace) -> int:
     import pytest
 
-    from suite.conformance.session import ConformanceSession
+    from suite.conformance_session import ConformanceSession
 
     preflight_check(args)
     holder = _SessionOf()

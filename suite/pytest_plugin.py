@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
     if (distributed and not hasattr(config, "workerinput") and not config.option.collectonly
             and any(str(a).startswith("suite.conformance") for a in config.args)):
-        from suite.conformance.session import ConformanceSession
+        from suite.conformance_session import ConformanceSession
 
         ConformanceSession.ensure(config)
 

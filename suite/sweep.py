@@ -221,9 +221,9 @@ def run(args: argparse.Namespace) -> int:
     import pytest
 
     from suite import records, registry
-    from suite.benchmarks.session import SweepSession
     from suite.problem import InputError
     from suite.selection import Selection
+    from suite.sweep_session import SweepSession
 
     try:
         spec = preflight(args)

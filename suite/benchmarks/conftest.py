@@ -1,6 +1,6 @@
 """Sweep points: the grid x registry parametrisation, delegated to the sweep session.
 
-``mha-suite sweep`` registers a ``suite.benchmarks.session.SweepSession`` with its spec; a
+``mha-suite sweep`` registers a ``suite.sweep_session.SweepSession`` with its spec; a
 plain ``pytest --pyargs suite.benchmarks`` gets one for the ci preset, saved into
 ``.benchmarks/sweep-ci.json``.
 """
@@ -13,8 +13,8 @@ import json
 import pytest
 
 from suite import shard
-from suite.benchmarks.session import PLUGIN_NAME, SweepSession
 from suite.point import Point
+from suite.sweep_session import PLUGIN_NAME, SweepSession
 
 
 def _default_spec(config: pytest.Config) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from suite import timing
-from suite.benchmarks.session import POINT
 from suite.measure import measure, point_info
 from suite.point import point_key
+from suite.sweep_session import POINT
 from suite.vocab import Status
 
 

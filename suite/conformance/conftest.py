@@ -2,7 +2,7 @@
 
 Options (``--impl``, ``--plugin``, ``--device``, ``--dtype``, ``--conformance-json``)
 come from ``suite.pytest_plugin``; the run's records, known failures, progress and saving
-belong to ``suite.conformance.session.ConformanceSession``, which prints the
+belong to ``suite.conformance_session.ConformanceSession``, which prints the
 implementation x family matrix at the end and, if asked, writes the JSON the report reads.
 """
 
@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 
 from suite.check import FAILED, Outcome, error_text, merge_repeats
-from suite.conformance.session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
+from suite.conformance_session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
 from suite.plugin import Implementation
 from suite.timeouts import timed_out
 

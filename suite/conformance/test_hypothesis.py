@@ -17,7 +17,7 @@ from hypothesis.errors import FlakyFailure  # noqa: E402
 
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
-from suite.pytest_plugin import Timeout, timed_out  # noqa: E402
+from suite.timeouts import Timeout, timed_out  # noqa: E402
 
 
 @st.composite

@@ -21,7 +21,7 @@ import pytest
 
 from suite.selection import Selection
 
-KNOWN_FILE = os.path.join(os.path.dirname(__file__), "known_failures.txt")
+KNOWN_FILE = os.path.join(os.path.dirname(__file__), "conformance", "known_failures.txt")
 PLUGIN_NAME = "mha_suite_conformance_session"
 SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
 # Family of the tests whose outcome names no family through a ``case`` parameter.
