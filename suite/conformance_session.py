@@ -112,6 +112,7 @@ class ConformanceSession:
         session = config.stash.get(SESSION, None)
         if session is None:
             session = cls(config)
+            session.handle_sigterm()
             config.pluginmanager.register(session, PLUGIN_NAME)
             config.stash[SESSION] = session
         return session
@@ -141,16 +142,22 @@ class ConformanceSession:
 
     # -- hooks ---------------------------------------------------------------------------
 
+    def handle_sigterm(self) -> None:
+        """SIGTERM (a CI job cancelled, `kill`) is handled as Ctrl-C: what finished is saved.
+        (Installed when the session is made: the conftest that makes it in a serial run is
+        loaded during collection, after pytest_sessionstart.)"""
+        if is_worker(self.config) or signal.getsignal(signal.SIGTERM) not in (
+                signal.SIG_DFL, None):
+            return
+
+        def terminate(signum, frame):
+            self.interrupted = "SIGTERM"
+            raise KeyboardInterrupt("SIGTERM")
+
+        signal.signal(signal.SIGTERM, terminate)
+
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
-        # SIGTERM (a CI job cancelled, `kill`) is handled as Ctrl-C: what finished is saved.
-        if not is_worker(self.config) and signal.getsignal(signal.SIGTERM) in (
-                signal.SIG_DFL, None):
-            def terminate(signum, frame):
-                self.interrupted = "SIGTERM"
-                raise KeyboardInterrupt("SIGTERM")
-
-            signal.signal(signal.SIGTERM, terminate)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: List[pytest.Item]) -> None:
@@ -162,6 +169,7 @@ class ConformanceSession:
         compiled plugin, one compile each: torch.flex's took 137 s of a 240 s run), and
         started last, one of them left a worker running alone at the end (longest first is
         the classic fix). With --progress, a bar with an ETA."""
+        self.session = session  # (the serial run's session is made after sessionstart)
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
