@@ -118,7 +118,10 @@ def write_atomic(path: PathLike, text: str) -> Path:
             os.chmod(f.name, mode)  # as an ordinary file, not the temporary file's 0600
             os.fsync(f.fileno())
         except BaseException:
-            f.close()
+            try:
+                f.close()  # flushes what is buffered: on a full disk that fails again
+            except OSError:
+                pass
             tmp.unlink(missing_ok=True)
             raise
     try:
