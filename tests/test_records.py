@@ -287,3 +287,27 @@ def test_ctrl_c_with_workers_keeps_records_and_leaves_no_worker(tmp_path):
             break
         assert time.monotonic() < deadline, "a worker outlived the run"
         time.sleep(0.2)
+
+
+def test_a_failed_conformance_save_stops_in_one_line(tmp_path):
+    """check --json under a file-size limit: one line naming --json and why, exit 1, and no
+    partial or temporary file left behind."""
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "conformance.json"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    proc = subprocess.run([sys.executable, "-m", "suite.cli", "check", "--impl", "numpy",
+                           "--dtype", "float32", "--workers", "0", "-k", "masking and causal",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1], preexec_fn=limit)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mha-suite:")]
+    assert lines == [f"mha-suite: error: --json: cannot save {out}: File too large; the records "
+                     "saved before are kept"], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["conformance.json.lock"])
