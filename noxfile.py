@@ -104,9 +104,12 @@ def run(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff."""
-    session.install("ruff>=0.5")
+    """ruff, and the import contracts in pyproject.toml (layers, no cycles, no product
+    module importing a test module or a conftest)."""
+    session.install("ruff>=0.5", "import-linter>=2.1")
     session.run("ruff", "check", ".", *session.posargs)
+    # import-linter reads the packages from the source tree: no install, no frameworks
+    session.run("lint-imports", env={"PYTHONPATH": str(ROOT)})
 
 
 # compat: the lowest versions pyproject declares, read from its extras (">=" taken as "==").

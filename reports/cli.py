@@ -36,12 +36,34 @@ def default_out(first: str) -> Path:
     return (path if path.is_dir() else path.parent) / "report.html"
 
 
+REPORT_MARK = "<title>mha-suite report</title>"  # in the head of every report written
+
+
+def check_report_target(out: Path) -> None:
+    """Refuse an --out that exists and is not an mha-suite report (a results file, say):
+    a report replaces only an earlier report."""
+    from suite.records import ResultsError
+
+    if not out.is_file():
+        return
+    try:
+        with open(out, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return  # check_writable says why it cannot be written
+    if REPORT_MARK not in head:
+        what = "a results file" if out.suffix == ".json" else "a file that is not an mha-suite report"
+        raise ResultsError(f"--out: expected an HTML report path, got {out}, {what}; "
+                           "not overwriting it")
+
+
 def run(args: argparse.Namespace) -> int:
     from suite.records import check_writable
 
     out = Path(args.out) if args.out else default_out(args.results[0])
     try:
         check_writable(out, "--out")  # before reading and drawing, not after
+        check_report_target(out)
         path = build_report(args.results, out, args.baseline or None, args.baseline_impl)
     except (FileNotFoundError, ValueError) as exc:
         print(f"mha-suite: error: {exc}", file=sys.stderr)

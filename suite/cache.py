@@ -23,6 +23,8 @@ from suite.environment import library_versions
 CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
 # The libraries whose versions decide what a probe finds.
 KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib", "transformers", "keras", "flax")
+# Environment variables that decide which devices a framework offers in a process.
+PLATFORM_ENV = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")
 # Source folders whose content decides what a built-in declares (features, deviations).
 _SOURCE_PACKAGES = ("implementations", "suite")
 
@@ -55,6 +57,9 @@ def fingerprint() -> Dict[str, Optional[str]]:
     key = library_versions(KEY_LIBRARIES)
     key.update(python=platform.python_version(), machine=platform.machine(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+               # which platforms JAX starts: a run with JAX_PLATFORMS=bogus probes nothing,
+               # and what it found must not be read by a run with the default platforms
+               **{v.lower(): os.environ.get(v) for v in PLATFORM_ENV if os.environ.get(v)},
                nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
                sources=_sources_digest())
     return key

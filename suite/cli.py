@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -13,6 +14,7 @@ from typing import List, Optional, Sequence
 from suite import registry
 from suite.problem import InputError
 from suite.records import ResultsError
+from suite.selection import PLUGIN_OPTION, add_impl_plugin
 
 CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
 
@@ -22,11 +24,7 @@ class CLIError(Exception):
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", action="append", default=[], metavar="GLOB",
-                   help="implementation name or glob, e.g. 'torch.*' (repeatable; default all)")
-    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
-                   help="register module:Class or path/to/file.py[:Class] (repeatable; "
-                        f"also ${registry.PLUGINS_ENV})")
+    add_impl_plugin(p)
     p.add_argument("--replace-builtin", action="append", default=[], metavar="NAME",
                    help="let a --plugin class named NAME replace the built-in of that name "
                         f"(repeatable; also ${registry.REPLACE_ENV}); without it such a "
@@ -139,17 +137,55 @@ def preflight_check(args: argparse.Namespace) -> None:
     preflight.targets(entries, args.device, args.dtype)
     preflight.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
     preflight.positive(getattr(args, "hypothesis_examples", None), "--hypothesis-examples")
+    preflight.positive(getattr(args, "repeat", None), "--repeat")
+    if getattr(args, "known_failures", None):
+        from suite.conformance_session import KnownFailuresError, read_known_failures
+
+        try:
+            read_known_failures(args.known_failures)
+        except KnownFailuresError as exc:
+            raise CLIError(str(exc)) from None
     if getattr(args, "json", None):
         records.check_writable(args.json, "--json", kind="conformance")
+
+
+class _SessionOf:
+    """A pytest plugin that keeps the config of the session it is handed to."""
+
+    config = None
+
+    def pytest_configure(self, config) -> None:
+        self.config = config
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     import pytest
 
+    from suite.conformance_session import ConformanceSession
+
     preflight_check(args)
-    code = int(pytest.main(conformance_args(args, args.json)))
+    holder = _SessionOf()
+    code = int(pytest.main(conformance_args(args, args.json), plugins=[holder]))
+    session = ConformanceSession.of(holder.config) if holder.config is not None else None
+    if session is not None and session.save_error:
+        return 1  # said in one line by the session; the records saved before are kept
+    if code == pytest.ExitCode.INTERRUPTED:
+        return 130  # Ctrl-C or SIGTERM: said in one line, the finished cases saved
     # pytest: 0 all passed, 1 some failed, 5 nothing collected; the rest are usage errors.
     return code
+
+
+def _check_folder(out: Path, argument: str) -> None:
+    """``out`` is a folder that can be created and written (checked before any work)."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"{argument}: expected a folder, got the file {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise CLIError(f"{argument}: expected a writable folder, got {out} "
+                       f"({exc.strerror or type(exc).__name__})") from None
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -163,16 +199,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
         if not entry.available:
             raise CLIError(f"{entry.name} is unavailable here: {entry.error}")
         out = Path(args.out or Path("repro") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.case_id))
+        _check_folder(out, "--out")
         script, inputs = repro.write(entry.impl, args.case_id, out)
     except repro.ReproError as exc:
         raise CLIError(str(exc)) from None
+    except OSError as exc:  # the folder changed under us (full disk, removed)
+        raise CLIError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
     print(f"reproducer: {script}  (inputs: {inputs})\nrun it: python {script}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: conformance, the sweep, the report."""
-    from reports.cli import build_report
+    from reports.cli import build_report, check_report_target
     from suite import records, sweep
 
     out = Path(args.out)
@@ -181,13 +220,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     dtypes = args.dtype or sweep.preset_dtypes(args.preset)
     check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
                                        "dtype": dtypes, "k": None, "pytest_args": []})
-    sweep_parser = argparse.ArgumentParser(prog="mha-suite sweep")
-    sweep.add_arguments(sweep_parser)
-    sweep_args = sweep_parser.parse_args([f"--preset={args.preset}", f"--out={out}",
-                              *(["--resume"] if args.resume else []),
-                              *[f"--impl={i}" for i in args.impl],
-                              *[f"--plugin={p}" for p in args.plugin],
-                              *[f"--device={d}" for d in args.device]])
+    sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
+                                 impl=list(args.impl), plugin=list(args.plugin),
+                                 device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)
     try:
@@ -195,6 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as exc:
         raise CLIError(str(exc)) from None
     records.check_writable(out / "report.html", "--out")
+    check_report_target(out / "report.html")
     steps = {}  # seconds per step, printed at the end: where the main job's time went
     print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
     start = time.monotonic()
@@ -269,8 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("case_id", metavar="CASE_ID",
                    help="IMPL-DEVICE-DTYPE-FAMILY/CASE, as in a test id "
                         "(e.g. torch.flex-cpu-float32-shapes/no_projection_bias)")
-    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
-                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
+    p.add_argument(PLUGIN_OPTION[0], **PLUGIN_OPTION[1])
     p.add_argument("--out", default=None, metavar="DIR",
                    help="folder for repro.py and inputs.npz (default repro/<case id>)")
     p.set_defaults(func=cmd_repro)

@@ -48,14 +48,11 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
     """Run the one-point sweep in this process; impl -> {median_s, iqr_s}."""
     from suite import sweep
 
-    parser = argparse.ArgumentParser()
-    sweep.add_arguments(parser)
-    sweep_args = parser.parse_args([
-        "--preset", "default", "--lengths", str(args.length), "--heads", str(args.heads),
-        "--head-dim", str(args.head_dim), "--batch", "1", "--mask", "none",
-        "--dtype", "float32", "--device", "cpu", "--max-time", str(args.max_time),
-        "--min-rounds", "10", "--out", str(out_dir), "--name", "fidelity",
-        *[f"--impl={i}" for i in args.impl], *[f"--plugin={x}" for x in args.plugin]])
+    sweep_args = sweep.arguments(
+        preset="default", lengths=[args.length], heads=[args.heads], head_dim=[args.head_dim],
+        batch=[1], mask=["none"], dtype=["float32"], device=["cpu"], max_time=args.max_time,
+        min_rounds=10, out=str(out_dir), name="fidelity", impl=list(args.impl),
+        plugin=list(args.plugin))
     code = sweep.run(sweep_args)
     path = sweep.results_path(sweep_args)
     if code != 0 or not path.exists():
@@ -67,8 +64,8 @@ def sweep_medians(args: argparse.Namespace, out_dir: Path) -> Dict[str, Dict[str
 
 
 def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
-    from suite import registry
-    from suite.plugin import array_library, expressible
+    from suite import measure, registry
+    from suite.plugin import array_library
     from suite.sweep import Point, point_problem
 
     # Unknown names fail here, before anything is timed.
@@ -85,14 +82,11 @@ def check(args: argparse.Namespace) -> List[Dict[str, Any]]:
             rows.append({"impl": name, "status": f"not measured: {why}"})
             continue
         impl = entry.impl
-        state = impl.prepare(expressible(impl, point_problem(point)), "cpu", "float32")  # untimed
-
-        def call(impl=impl, state=state) -> None:
-            impl.run(state)
-            impl.synchronize(state)  # the same barrier the sweep's timed call includes
-
-        call()  # warm, as the sweep's warmup is
-        seconds, method = independent_seconds(array_library(impl), call, args.min_run_time)
+        # untimed: prepared as the sweep prepares; each call includes the same barrier
+        ready = measure.prepare(impl, point_problem(point), "cpu", "float32")
+        ready.call()  # warm, as the sweep's warmup is
+        seconds, method = independent_seconds(array_library(impl), ready.call,
+                                               args.min_run_time)
         ratio = swept[name]["median_s"] / seconds
         rows.append({"impl": name, "framework": impl.framework, "method": method,
                      "sweep_ms": swept[name]["median_s"] * 1e3,

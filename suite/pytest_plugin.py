@@ -7,21 +7,19 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-import signal
 from typing import List, Optional
 
 import pytest
 
 from suite import registry as _registry
+from suite import timeouts
+from suite.selection import Selection, add_impl_plugin
+from suite.timeouts import TIMED_OUT, Timeout, timed_out  # noqa: F401  (their home until now)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mha-suite", "MHA implementations under test")
-    group.addoption("--plugin", action="append", default=[], metavar="SPEC",
-                    help="register an implementation: module:Class or path/to/file.py[:Class] "
-                         f"(repeatable; also ${_registry.PLUGINS_ENV}, comma separated)")
-    group.addoption("--impl", action="append", default=[], metavar="GLOB",
-                    help="run only implementations matching this name or glob (repeatable)")
+    add_impl_plugin(group)
     group.addoption("--device", action="append", default=[], metavar="DEVICE",
                     help="run only on these devices, e.g. cpu, cuda (prefix match; repeatable)")
     group.addoption("--dtype", action="append", default=[], metavar="DTYPE",
@@ -46,39 +44,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def session_registry(config: pytest.Config) -> _registry.Registry:
     """The registry for this session: the process's, for --plugin and the environment
     (the CLI that started an in-process session has built it already)."""
-    return _registry.shared(config.getoption("--plugin") or [])
+    return Selection.from_config(config).registry()
 
 
 def selected_entries(config: pytest.Config, available_only: bool = False
                      ) -> List[_registry.Entry]:
-    reg = session_registry(config)
-    return reg.select(config.getoption("--impl") or None, available_only=available_only)
+    return Selection.from_config(config).entries(available_only=available_only)
 
 
 def device_selected(config: pytest.Config, device: str) -> bool:
-    wanted = config.getoption("--device") or []
-    return not wanted or any(device.startswith(w) for w in wanted)
+    return Selection.from_config(config).device(device)
 
 
 def dtype_selected(config: pytest.Config, dtype: str) -> bool:
-    wanted = config.getoption("--dtype") or []
-    return not wanted or dtype in wanted
+    return Selection.from_config(config).dtype(dtype)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mha_impl(name): the implementation a test runs")
-    # A pytest-xdist controller collects nothing, so the conformance conftest (which gathers
-    # the workers' records from their reports, writes the JSON and prints the matrix) is
-    # registered here for a distributed conformance run. Under --collect-only xdist stays
-    # off and the controller collects, loading that conftest itself: not registered twice.
+    # A pytest-xdist controller collects nothing, so it never loads the conformance conftest:
+    # the conformance session (which gathers the workers' records from their reports, writes
+    # the JSON and prints the matrix) is registered here for a distributed conformance run.
     distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
     if (distributed and not hasattr(config, "workerinput") and not config.option.collectonly
             and any(str(a).startswith("suite.conformance") for a in config.args)):
-        from suite.conformance import conftest as conformance
+        from suite.conformance_session import ConformanceSession
 
-        if not config.pluginmanager.is_registered(conformance):
-            config.pluginmanager.register(conformance, "mha_suite_conformance")
-            conformance.pytest_configure(config)  # registered mid-configure: not called
+        ConformanceSession.ensure(config)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -96,20 +88,6 @@ def _runs_a_plugin(item: pytest.Item) -> bool:
     return "target" in names or "sweep_point" in names
 
 
-class Timeout(Exception):
-    """A test (conformance case or sweep point) ran past --timeout."""
-
-
-TIMED_OUT = pytest.StashKey[str]()  # the Timeout's message, once a test's alarm has fired
-
-
-def timed_out(item: pytest.Item) -> Optional[str]:
-    """The timeout message if ``item`` ran past --timeout, else None. The alarm raises once,
-    inside whatever the plugin was running; a plugin or a library may catch or wrap it
-    (dynamo does), so the item remembers it: the case is a timeout whatever came after."""
-    return item.stash.get(TIMED_OUT, None)
-
-
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
     """pytest-timeout's alarm raising ``Timeout`` inside the plugin's call, so the case or
@@ -118,12 +96,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
     if not settings.timeout or settings.method != "signal" or not _runs_a_plugin(item):
         return None
 
-    def alarm(signum, frame):
-        item.stash[TIMED_OUT] = f"no result within --timeout {settings.timeout:g} s"
-        raise Timeout(item.stash[TIMED_OUT])
-
-    signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    timeouts.arm(item, settings.timeout)
     return True
 
 
@@ -131,8 +104,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> Optional[bool]:
 def pytest_timeout_cancel_timer(item: pytest.Item) -> Optional[bool]:
     if not _runs_a_plugin(item):
         return None
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    timeouts.disarm()
     return True
 
 

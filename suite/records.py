@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Union
@@ -34,11 +35,16 @@ from suite.point import normalise, point_key
 PathLike = Union[str, Path]
 CONFORMANCE_KIND = "mha-suite/conformance"
 CONFORMANCE_VERSION = 2
+SWEEP_FORMAT = 1  # mha-suite's sweep layout (``mha_suite_format``); pytest-benchmark's is "version"
 LOCK_TIMEOUT_S = 120.0  # a merge holds the lock for milliseconds; this is a stuck writer
 
 
 class ResultsError(ValueError):
     """A file that is not (or cannot become) an mha-suite results file; one sentence."""
+
+
+class OtherMachine(ResultsError):
+    """A sweep file that holds another machine's points (merging would misattribute them)."""
 
 
 class Document(NamedTuple):
@@ -82,10 +88,25 @@ _RUN_INFO: Dict[str, Any] = {}
 
 
 # --- writing ---------------------------------------------------------------------------------
+def os_reason(exc: BaseException) -> str:
+    """Why a write failed, in a few words: 'No space left on device', 'File too large'."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def target(path: PathLike) -> Path:
+    """``path``, or the file a symbolic link at ``path`` points to: a results file reached
+    through a link is written where the link points, and the link stays a link."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def write_atomic(path: PathLike, text: str) -> Path:
     """Write ``text`` to a unique temporary file beside ``path``, then rename it over ``path``:
-    a reader (or a killed writer) sees the old file or the new one, never half of one."""
-    path = Path(path)
+    a reader (or a killed writer) sees the old file or the new one, never half of one.
+    A symbolic link is written through (its target is replaced, the link kept)."""
+    path = target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent,
@@ -97,7 +118,10 @@ def write_atomic(path: PathLike, text: str) -> Path:
             os.chmod(f.name, mode)  # as an ordinary file, not the temporary file's 0600
             os.fsync(f.fileno())
         except BaseException:
-            f.close()
+            try:
+                f.close()  # flushes what is buffered: on a full disk that fails again
+            except OSError:
+                pass
             tmp.unlink(missing_ok=True)
             raise
     try:
@@ -117,7 +141,7 @@ def _umask() -> int:
 def _merge(path: PathLike, kind: str, update: Callable[[Optional[Dict[str, Any]]], Dict[str, Any]]
            ) -> Dict[str, Any]:
     """Under the file's lock: read it (None when absent), ``update`` it, write it atomically."""
-    path = Path(path)
+    path = target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
@@ -143,6 +167,8 @@ def merge_sweep(path: PathLike, run: Dict[str, Any], points: List[dict],
     removes a measurement), and this run's entry beats the file's of the same status.
     """
     def update(old: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        if old and machine_of(old) != machine_of(run):
+            raise OtherMachine(f"{path} holds points of machine {machine_of(old)[0]}")
         old = old or {}
         measured = _keyed(old.get("benchmarks", []), lambda b: point_key(b["extra_info"]))
         measured.update(_keyed(points, lambda b: point_key(b["extra_info"])))
@@ -153,11 +179,41 @@ def merge_sweep(path: PathLike, run: Dict[str, Any], points: List[dict],
         from pytest_benchmark import __version__
 
         return {"machine_info": run["machine_info"], "commit_info": run["commit_info"],
+                "mha_suite_format": SWEEP_FORMAT,
                 "benchmarks": list(measured.values()), "datetime": now(),
                 "version": __version__, "mha_suite_preset": preset or old.get("mha_suite_preset"),
                 "mha_suite_not_measured": list(failed.values())}
 
     return _merge(path, "sweep", update)
+
+
+def machine_of(doc: Dict[str, Any]) -> tuple:
+    """(node, CPU model) of a results file's or a run's ``machine_info``: which machine."""
+    info = doc.get("machine_info") or {}
+    return (info.get("node") or "unknown", (info.get("mha_suite") or {}).get("cpu_model")
+            or (info.get("cpu") or {}).get("brand_raw") or "")
+
+
+def machine_path(path: PathLike, run: Dict[str, Any]) -> Path:
+    """The file this machine keeps beside ``path`` when ``path`` holds another machine's
+    points: ``<stem>@<node>.json``."""
+    path = Path(path)
+    node = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_of(run)[0])
+    return path.with_name(f"{path.stem}@{node}{path.suffix}")
+
+
+def save_sweep(path: PathLike, run: Dict[str, Any], points: List[dict],
+               not_measured: List[dict], preset: Optional[str] = None) -> Path:
+    """``merge_sweep`` into ``path``, or, when ``path`` holds another machine's points (two
+    machines sweeping into one shared folder), into this machine's own file beside it: a
+    point is never attributed to another machine. The path written."""
+    try:
+        merge_sweep(path, run, points, not_measured, preset)
+        return Path(path)
+    except OtherMachine:
+        own = machine_path(path, run)
+        merge_sweep(own, run, points, not_measured, preset)
+        return own
 
 
 def _result_key(r: dict) -> Any:
@@ -238,6 +294,10 @@ def _fail(where: str, what: str) -> None:
 
 
 def _check_sweep(where: str, doc: Dict[str, Any]) -> None:
+    version = doc.get("mha_suite_format", SWEEP_FORMAT)
+    if version != SWEEP_FORMAT:
+        _fail(where, f"sweep format version {version!r}: expected {SWEEP_FORMAT} (written by "
+                     "a newer mha-suite? upgrade to read it)")
     if not isinstance(doc.get("benchmarks"), list):
         _fail(where, f"benchmarks: expected a list of points, got "
                      f"{type(doc.get('benchmarks')).__name__}")
@@ -256,6 +316,10 @@ def _check_sweep(where: str, doc: Dict[str, Any]) -> None:
 
 
 def _check_conformance(where: str, doc: Dict[str, Any]) -> None:
+    version = doc.get("version", 1)
+    if version not in (1, CONFORMANCE_VERSION):
+        _fail(where, f"conformance format version {version!r}: expected 1 to "
+                     f"{CONFORMANCE_VERSION} (written by a newer mha-suite? upgrade to read it)")
     for field in ("results", "implementations"):
         value = doc.get(field, [])
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):

@@ -17,12 +17,14 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import types
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
+from suite.environment import library_versions
 from suite.plugin import Implementation, Unavailable, array_library, check_interface
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
@@ -248,6 +250,83 @@ def _builtin_record(e: Entry, spec: str) -> Dict[str, Any]:
             "description": dataclasses.asdict(desc) if desc is not None else None}
 
 
+def _name_of(cls: Any) -> str:
+    """A plugin class's registered name: its ``name`` when that is a non-empty string, else
+    the class's own name (``check_instance`` then says what is wrong with ``name``)."""
+    name = getattr(cls, "name", "")
+    if isinstance(name, str) and name:
+        return name
+    return getattr(cls, "__name__", None) or repr(cls)
+
+
+def check_instance(impl: Any) -> None:
+    """Raise TypeError naming the attribute of a constructed plugin that cannot be used:
+    ``name`` and ``array_library`` must be strings, ``devices()`` a list of strings, and
+    ``dtypes(device)`` some of the known dtypes on each device (the run could not go on)."""
+    from suite.problem import DTYPES
+
+    kind = type(impl).__name__
+    name = getattr(impl, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{kind}.name: expected a non-empty string, got {name!r}")
+    arrays = getattr(impl, "array_library", None)
+    if arrays is not None and not isinstance(arrays, str):
+        raise TypeError(f"{kind}.array_library: expected a string, got {type(arrays).__name__}")
+    try:
+        devices = impl.devices()
+    except Exception as exc:
+        raise TypeError(f"{kind}.devices() raised {_describe(exc)}") from None
+    if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) for d in devices):
+        raise TypeError(f"{kind}.devices(): expected a list of device names, got {devices!r}")
+    for device in devices:
+        try:
+            dtypes = impl.dtypes(device)
+        except Exception as exc:
+            raise TypeError(f"{kind}.dtypes({device!r}) raised {_describe(exc)}") from None
+        if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
+            raise TypeError(f"{kind}.dtypes({device!r}): expected some of {', '.join(DTYPES)}, "
+                            f"got {dtypes!r}")
+
+
+def transient(record: Any) -> Optional[str]:
+    """Why a built-in's cached record may not hold in another process (None: it will).
+
+    A library reported missing that is installed (hidden from one run: a path, an
+    environment), an available built-in with no device or no dtype on one (a platform that
+    failed to start, e.g. JAX_PLATFORMS=bogus), or a failure other than a missing library
+    or the plugin's own ``Unavailable`` (an exception from a library at start-up) are
+    facts of one run, not of the installed versions the cache is keyed by.
+    """
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        return "malformed record"
+    desc, error = record.get("description"), record.get("error")
+    if desc is not None:
+        if not isinstance(desc, dict) or not desc.get("devices") or not all(
+                desc.get("dtypes", {}).get(d) for d in desc["devices"]):
+            return "available with no device or no dtype"
+        return None
+    if not isinstance(error, str):
+        return "unavailable without a reason"
+    missing = re.match(r"^(\w+) is not installed", error)
+    if missing:
+        installed = cache.fingerprint().get(missing.group(1)) or library_versions(
+            [missing.group(1)]).get(missing.group(1))
+        return "a library reported missing is installed" if installed else None
+    if re.match(r"^\w+(Error|Exception|Interrupt|Exit):", error):
+        return "a failure at start-up"
+    return None
+
+
+def cached_records_usable(cached: Any) -> bool:
+    """The cache's records describe every built-in, each in a form that holds here."""
+    if not isinstance(cached, list) or not cached:
+        return False
+    names = {r.get("name") for r in cached if isinstance(r, dict)}
+    if not set(BUILTINS) <= names:  # an empty or partial list would hide built-ins
+        return False
+    return not any(transient(r) for r in cached)
+
+
 class Registry:
     """A private dict of entries behind a read-only view."""
 
@@ -260,13 +339,14 @@ class Registry:
 
     def register(self, cls: type, source: str = "plugin", clobber: bool = False) -> Entry:
         """Check the class, construct it, and record it (or why it cannot run)."""
-        name = getattr(cls, "name", "") or getattr(cls, "__name__", repr(cls))
+        name = _name_of(cls)
         if name in self._entries and not clobber:
             raise ValueError(f"implementation {name!r} is already registered "
                              f"(from {self._entries[name].source}); pass clobber=True to replace")
         try:
             check_interface(cls)
             impl = cls()
+            check_instance(impl)
             entry = Entry(name, source, impl=impl)
             if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
                 entry = Entry(name, source, error=f"runs on no device and dtype here "
@@ -293,7 +373,7 @@ class Registry:
                               "(a class with a 'name' and a 'run' method)")
         replace = set(replace)
         for c in classes:
-            name = getattr(c, "name", "") or getattr(c, "__name__", repr(c))
+            name = _name_of(c)
             old = self._entries.get(name)
             if old is not None and old.source == "builtin" and name not in replace \
                     and not getattr(c, "replaces_builtin", False):
@@ -307,15 +387,16 @@ class Registry:
         it is fresh; else loaded now (frameworks imported, probes run) and the cache written."""
         name = descriptions_cache_name()  # before a built-in sets a default in os.environ
         cached = cache.load(name)
-        if isinstance(cached, list):
+        if cached_records_usable(cached):
             try:
                 self._describe_builtins(cached)
                 return
             except (KeyError, TypeError, ValueError):  # an unreadable cache: load them all
                 self._entries = {n: e for n, e in self._entries.items() if e.source != "builtin"}
         specs = self._load_builtins_now()
-        cache.store(name, [_builtin_record(self._entries[n], spec)
-                                         for n, spec in specs.items()])
+        fresh = [_builtin_record(self._entries[n], spec) for n, spec in specs.items()]
+        if not any(transient(r) for r in fresh):  # one bad run never sticks in the cache
+            cache.store(name, fresh)
 
     def _describe_builtins(self, records: List[Dict[str, Any]]) -> None:
         for r in records:

@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from suite import cases, oracle
+from suite import cases, measure, oracle
 
 CASE_ID = re.compile(r"^(?:test_case\[)?(?P<impl>.+?)-(?P<device>cpu|cuda(?::\d+)?)-"
                      r"(?P<dtype>float64|float32|float16|bfloat16)-(?P<family>[a-z_]+)/"
@@ -80,26 +80,34 @@ def parse(case_id: str) -> Dict[str, str]:
     return parts
 
 
-def capture(impl: Any, problem: Any, device: str, dtype: str) -> Dict[str, np.ndarray]:
-    """The arrays ``impl`` passes to its library for ``problem`` (a TorchCore's ``attend``)."""
-    from implementations.torch_common import TorchCore, _np
+def _array(t: Any) -> np.ndarray:
+    """A torch tensor as a float64 NumPy array on the host (torch is not imported here)."""
+    return t.detach().to("cpu").double().numpy()
 
-    if not isinstance(impl, TorchCore):
-        raise ReproError(f"{impl.name}: only plugins built on TorchCore can be captured")
+
+def capture(impl: Any, problem: Any, device: str, dtype: str) -> Dict[str, np.ndarray]:
+    """The arrays ``impl`` passes to its library for ``problem``: its ``attend(q, k, v,
+    mask, scale, need_weights)`` (a torch-based built-in's core) is spied on for one call."""
+    if not callable(getattr(impl, "attend", None)):
+        raise ReproError(f"{impl.name}: only plugins built on TorchCore (with an attend "
+                         "method) can be captured")
     seen: Dict[str, np.ndarray] = {}
     attend = impl.attend
 
     def spy(q, k, v, mask, scale, need_weights):
-        seen.update(q=_np(q), k=_np(k), v=_np(v), scale=np.float64(scale))
+        seen.update(q=_array(q), k=_array(k), v=_array(v), scale=np.float64(scale))
         if mask.bias is not None:
-            seen.update(allowed=mask.allowed.cpu().numpy(), bias=_np(mask.bias))
+            seen.update(allowed=mask.allowed.cpu().numpy(), bias=_array(mask.bias))
         return attend(q, k, v, mask, scale, need_weights)
 
     impl.attend = spy
     try:
-        state = impl.prepare(problem, device, dtype)
-        impl.run(state)
-        impl.synchronize(state)
+        measure.prepare(impl, problem, device, dtype).call()  # as a sweep point prepares
+    except Exception as exc:  # the library is missing or refuses: one line, not a traceback
+        from suite.check import error_text
+
+        raise ReproError(f"{impl.name}: running the case on {device}/{dtype} failed: "
+                         f"{error_text(exc)}") from None
     finally:
         del impl.attend
     return seen

@@ -31,3 +31,15 @@ def select(units: Iterable[Unit], index: int, count: int) -> Set[Unit]:
     """The units shard ``index`` (1-based) of ``count`` runs."""
     ordered = sorted(set(units))
     return set(ordered[index - 1::count])
+
+
+def check_has_work(units: Iterable[Unit], index: int, count: int) -> None:
+    """Raise ``InputError`` when shard ``index`` of ``count`` has no unit to run (more parts
+    than units): said before anything runs, instead of a run that measures nothing."""
+    from suite.problem import InputError
+
+    units = sorted(set(units))
+    if not select(units, index, count):
+        raise InputError(f"--shard {index}/{count}: expected a part with work, got none: the "
+                         f"selection has {len(units)} unit(s) of work (implementation x "
+                         f"device) for {count} parts; use at most {len(units)} parts")

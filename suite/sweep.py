@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
 from suite import shard
 from suite.point import MASK_ALIASES, MASK_FEATURE, MASKS, Point  # noqa: F401
+from suite.selection import add_impl_plugin
+from suite.vocab import FAILED_STATUSES
 
 POINT_TIMEOUT_S = 1800.0  # one point, all its rounds: the largest CPU points take minutes
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -87,10 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="default",
                    help="grid and timing preset (ci: seconds; default: minutes; long: CPU, "
                         "8k-64k tokens; gpu: large)")
-    p.add_argument("--impl", action="append", default=[], metavar="GLOB",
-                   help="implementation name or glob (repeatable; default all available)")
-    p.add_argument("--plugin", action="append", default=[], metavar="SPEC",
-                   help="register module:Class or path/to/file.py[:Class] (repeatable)")
+    add_impl_plugin(p)
     p.add_argument("--lengths", type=_ints, help="sequence lengths, e.g. 128,256 (Lq = Lk)")
     p.add_argument("--heads", type=_ints, help="head counts, e.g. 1,8")
     p.add_argument("--kv-heads", dest="kv_heads", type=_ints,
@@ -121,6 +118,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(pytest-timeout; default {POINT_TIMEOUT_S:.0f}, 0 = none)")
     p.add_argument("--stop-after", dest="stop_after", type=int, default=None,
                    help=argparse.SUPPRESS)  # tests: stop as if interrupted after N points
+
+
+def arguments(**values: Any) -> argparse.Namespace:
+    """The sweep's arguments with their defaults, and ``values`` (checked like the command
+    line's by ``preflight``): how another command (``run``, fidelity) starts a sweep."""
+    parser = argparse.ArgumentParser(prog="mha-suite sweep")
+    add_arguments(parser)
+    args = parser.parse_args([])
+    unknown = sorted(set(values) - set(vars(args)))
+    if unknown:
+        raise TypeError(f"not sweep arguments: {', '.join(unknown)}")
+    vars(args).update(values)
+    return args
 
 
 def grid(args: argparse.Namespace) -> Dict[str, Any]:
@@ -181,18 +191,6 @@ def results_path(args: argparse.Namespace) -> Path:
     return Path(args.out) / f"{args.name or 'sweep-' + args.preset}{part}.json"
 
 
-class _RunState:
-    """A pytest plugin object that keeps this run's not-measured points for the summary."""
-
-    not_measured: List[dict] = []
-
-    def pytest_sessionfinish(self, session) -> None:
-        from suite.benchmarks.conftest import STATE
-
-        state = session.config.stash.get(STATE, None)
-        self.not_measured = list(state["not_measured"]) if state else []
-
-
 def preflight(args: argparse.Namespace) -> Dict[str, Any]:
     """Check everything the sweep needs before any point is measured; the grid spec.
 
@@ -210,6 +208,9 @@ def preflight(args: argparse.Namespace) -> Dict[str, Any]:
     check.positive(args.memory_budget, "--memory-budget", integer=False)
     check.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
     swept = sorted({p["device"] for p in spec["points"]})
+    if args.shard:
+        shard.check_has_work([(e.name, d) for e in entries for d in e.impl.devices()
+                              if any(d.startswith(s) for s in swept)], *args.shard)
     check.devices(entries, swept, "--device" if args.device else f"--preset {args.preset} (device)")
     records.check_writable(results_path(args), "--out", kind="sweep")
     return spec
@@ -221,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
 
     from suite import records, registry
     from suite.problem import InputError
+    from suite.selection import Selection
+    from suite.sweep_session import SweepSession
 
     try:
         spec = preflight(args)
@@ -232,39 +235,37 @@ def run(args: argparse.Namespace) -> int:
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
                 memory_budget_gb=args.memory_budget, stop_after=args.stop_after,
                 shard=args.shard)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
+    # The device option filters the devices an implementation offers; the grid's points
+    # name the device prefixes, so the selection's devices stay empty here.
+    session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))
     t = spec["timing"]
     pytest_args = ["--pyargs", "suite.benchmarks", "-p", "no:cacheprovider",
-                   "-o", "addopts=", "-p", "no:terminal", "--capture=no", f"--sweep-spec={f.name}",
+                   "-o", "addopts=", "-p", "no:terminal", "--capture=no",
                    "--benchmark-warmup=on",
                    f"--benchmark-warmup-iterations={t['warmup_iterations']}",
                    f"--benchmark-max-time={t['max_time']}",
                    f"--benchmark-min-rounds={t['min_rounds']}", "--benchmark-disable-gc",
-                   "--benchmark-sort=name", f"--timeout={args.timeout or 0}"]
-    for flag in ("impl", "plugin"):
-        for value in getattr(args, flag) or []:
-            pytest_args += [f"--{flag}", value]
-    run_state = _RunState()
+                   "--benchmark-sort=name", f"--timeout={args.timeout or 0}",
+                   *session.selection.pytest_args()]
     # The sweep is its own pytest session, never a distributed one: pytest-xdist's variables
     # inherited from a pytest run that launched it (a test, a CI job under -n) would make
     # pytest-benchmark switch itself off, and every point would have no timing.
     inherited = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PYTEST_XDIST_")}
     try:
-        code = int(pytest.main(pytest_args, plugins=[run_state]))
+        code = int(pytest.main(pytest_args, plugins=[session]))
     finally:
         os.environ.update(inherited)
-        os.unlink(f.name)
+    if session.save_error:
+        return 1  # said in one line by the session; the points saved before are kept
     if code == pytest.ExitCode.INTERRUPTED:
         return 130  # the session said so, and which points were kept
-    from collections import Counter
-
-    counts = Counter(x["status"] for x in run_state.not_measured)
+    counts = session.not_measured_counts()
     if counts:
         print("not measured: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    failed = counts["error"] + counts["timeout"] + counts["invalid-output"]
-    if out.exists():
-        print(f"sweep results: {out.resolve()}")
+    failed = sum(counts[s.value] for s in FAILED_STATUSES)
+    written = session.written or out
+    if written.exists():
+        print(f"sweep results: {written.resolve()}")
     # 0 ok; 5 nothing to run (e.g. everything resumed); 130 interrupted (points kept);
     # 1 when a point raised, timed out or returned an invalid output (recorded; the
     # other points were measured).

@@ -67,3 +67,66 @@ def test_compile_caches_go_to_the_cache_dir_unless_the_user_set_them(cache_dir, 
     assert settings["JAX_COMPILATION_CACHE_DIR"] == str(cache_dir / "jax")
     assert (cache_dir / "jax").is_dir()
     assert settings["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+
+
+def _records(**changes) -> list:
+    """A complete, usable list of built-in records (as the descriptions cache holds)."""
+    from suite import registry
+
+    desc = {"framework": "numpy", "framework_version": "2", "devices": ["cpu"],
+            "dtypes": {"cpu": ["float32"]}, "features": [], "deviations": {}}
+    out = [{"name": n, "spec": s, "error": None, "description": dict(desc)}
+           for n, s in registry.BUILTINS.items()]
+    for name, record in changes.items():
+        next(r for r in out if r["name"] == name).update(record)
+    return out
+
+
+@pytest.mark.parametrize("cached, usable", [
+    (_records(), True),
+    ([], False),  # an empty value would make every built-in unknown
+    (_records()[1:], False),  # a partial one would hide a built-in
+    ("junk", False),
+    (_records(**{"torch.sdpa": {"description": None, "error": "torch is not installed (x)"}}),
+     False),  # torch is installed here: the run that wrote it had it hidden
+    (_records(**{"numpy": {"description": None, "error": "tensorflow is not installed (x)"}}),
+     True),  # a library that really is missing is a fact of the installed versions
+    (_records(**{"jax.jit": {"description": {**_records()[0]["description"],
+                                             "dtypes": {"cpu": []}}}}), False),
+    (_records(**{"jax.jit": {"description": None, "error": "RuntimeError: Unable to "
+                                                             "initialize backend 'bogus'"}}),
+     False),
+])
+def test_a_cached_description_that_does_not_hold_here_is_recomputed(cached, usable):
+    from suite import registry
+
+    assert registry.cached_records_usable(cached) is usable
+
+
+def test_a_run_with_a_library_hidden_stores_nothing(cache_dir):
+    """One `mha-suite list` with torch hidden must not write 'not installed' into the cache
+    (it stayed until the library versions changed)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from suite import registry\n"
+            "e = registry.build(entry_points=False).entries['torch.sdpa']\n"
+            "print(e.available, e.error)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, cache.CACHE_ENV: str(cache_dir)})
+    assert proc.stdout.startswith("False torch is not installed"), proc.stdout + proc.stderr
+    assert not list(cache_dir.rglob("builtins*.json"))
+
+
+def test_the_platforms_jax_starts_are_part_of_the_key(monkeypatch):
+    cache.fingerprint.cache_clear()
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    default = cache.fingerprint()
+    cache.fingerprint.cache_clear()
+    monkeypatch.setenv("JAX_PLATFORMS", "bogus")
+    try:
+        assert cache.fingerprint() != default  # a bogus run's probes are not read by others
+    finally:
+        cache.fingerprint.cache_clear()

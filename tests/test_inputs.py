@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +151,86 @@ def test_call_refuses_a_problem_needing_an_undeclared_feature(kwargs, feature):
     with pytest.raises(InputError, match=f"needs features {feature}, which plain does not"):
         _Plain()(make_problem(0, E=16, **kwargs))
     assert _Plain()(make_problem(0)).output.shape == (2, 8, 16)  # what it declares, it runs
+
+
+BAD_ATTRIBUTES = str(PLUGINS / "bad_attributes.py")
+
+
+@pytest.mark.parametrize("impl, why", [
+    ("NameNotAString", "NameNotAString.name: expected a non-empty string, got 42"),
+    ("bad.array_library", "array_library: expected a string, got list"),
+    ("bad.devices", "devices() raised RuntimeError: no driver"),
+    ("bad.dtypes", "dtypes('cpu'): expected some of float64"),
+])
+def test_a_plugin_with_unusable_attributes_is_refused_in_one_line(capsys, impl, why):
+    err = _refused(capsys, ["check", "--plugin", BAD_ATTRIBUTES, "--impl", impl],
+                   f"--plugin {BAD_ATTRIBUTES}: expected an implementation that can run here")
+    assert why in err
+
+
+def test_a_plugin_with_unusable_attributes_is_listed_unavailable(capsys):
+    assert cli.main(["list", "--plugin", BAD_ATTRIBUTES, "--impl", "bad.*"]) == 0
+    out = capsys.readouterr().out
+    assert "bad.devices" in out and "unavailable: TypeError: DevicesRaise.devices() raised" in out
+    assert "bad.dtypes" in out and "unavailable: TypeError: NoDtypes.dtypes('cpu')" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["check", "--impl", "numpy", "--repeat", "0"], "--repeat: expected a positive int, got 0"),
+    (["check", "--impl", "numpy", "--repeat", "-2"], "--repeat: expected a positive int, got -2"),
+    (["sweep", "--impl", "numpy", "--shard", "2/2"],
+     "--shard 2/2: expected a part with work, got none: the selection has 1 unit(s)"),
+])
+def test_silent_accepts_are_refused(capsys, tmp_path, argv, needle):
+    _refused(capsys, [*argv, *(["--out", str(tmp_path)] if argv[0] == "sweep" else [])], needle)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_known_failures_that_cannot_be_read_are_refused(capsys, tmp_path):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)))
+    for path, needle in ((tmp_path / "missing.txt", "which does not exist"),
+                         (tmp_path, "got the folder"),
+                         (binary, "expected a UTF-8 text file, got binary data")):
+        err = _refused(capsys, ["check", "--impl", "numpy", "--known-failures", str(path)],
+                       "--known-failures: expected a")
+        assert needle in err and str(path) in err
+
+
+def test_a_report_never_overwrites_a_results_file(capsys, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES / "vm", results)
+    target = sorted(results.rglob("*.json"))[0]
+    before = target.read_bytes()
+    err = _refused(capsys, ["report", str(results), "--out", str(target)], "--out: expected an "
+                   "HTML report path")
+    assert "a results file" in err and target.read_bytes() == before
+    other = tmp_path / "notes.html"
+    other.write_text("<html>my notes</html>")
+    _refused(capsys, ["report", str(results), "--out", str(other)], "not an mha-suite report")
+    assert other.read_text() == "<html>my notes</html>"
+
+
+def test_repro_into_a_read_only_folder_is_refused(capsys, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:  # root writes through a mode: the folder is made immutable instead
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)]
+                                                            ).returncode:
+            pytest.skip("root, and chattr +i is not available to make a folder read-only")
+    else:
+        folder.chmod(0o500)
+    try:
+        _refused(capsys, ["repro", "numpy-cpu-float32-masking/causal", "--out", str(folder)],
+                 "--out: expected a writable folder")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)])
+
+
+def test_repro_onto_an_existing_file_is_refused(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("mine")
+    _refused(capsys, ["repro", "numpy-cpu-float32-masking/causal", "--out", str(blocker)],
+             "--out: expected a folder, got the file")
+    assert blocker.read_text() == "mine"

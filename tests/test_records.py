@@ -145,3 +145,169 @@ def test_measured_keys_are_the_files_points():
     path = FIXTURES / "real" / "sweep-a.json"
     doc = json.loads(path.read_text())
     assert records.measured_keys(path) == {point_key(b["extra_info"]) for b in doc["benchmarks"]}
+
+
+def test_a_symlinked_results_file_is_written_through(tmp_path):
+    real = tmp_path / "store" / "sweep.json"
+    records.merge_sweep(real, RUN, [_point(16)], [])
+    link = tmp_path / "sweep.json"
+    link.symlink_to(real)
+    records.merge_sweep(link, RUN, [_point(32)], [])
+    assert link.is_symlink()  # the link stays a link, and its target has both points
+    assert _keys(json.loads(real.read_text())) == {16, 32}
+
+
+def test_two_machines_sweeping_into_one_file_keep_their_own_facts(tmp_path):
+    path = tmp_path / "sweep-ci.json"
+    other = {"machine_info": {"node": "far", "mha_suite": {"cpu_model": "c2"}},
+             "commit_info": {"id": "y"}}
+    assert records.save_sweep(path, RUN, [_point(16)], []) == path
+    written = records.save_sweep(path, other, [_point(32)], [])
+    assert written == tmp_path / "sweep-ci@far.json"
+    mine, theirs = json.loads(path.read_text()), json.loads(written.read_text())
+    assert mine["machine_info"]["node"] == "n" and _keys(mine) == {16}
+    assert theirs["machine_info"]["node"] == "far" and _keys(theirs) == {32}
+    docs = records.read([tmp_path])
+    assert sorted(records.machine_ids(docs).values()) == ["far", "n"]
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"kind": records.CONFORMANCE_KIND, "version": 99, "results": [], "implementations": []},
+     "conformance format version 99: expected 1 to 2"),
+    ({"benchmarks": [], "machine_info": {"mha_suite": {}}, "mha_suite_format": 7},
+     "sweep format version 7: expected 1"),
+])
+def test_an_unknown_format_version_is_refused(tmp_path, doc, needle):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=needle):
+        records.read([path])
+
+
+FULL_DISK = """
+import json, resource, sys
+from suite import records
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+run = {"machine_info": {"node": "n", "mha_suite": {"cpu_model": "c"}}, "commit_info": {}}
+points = [{"name": f"p{i}", "extra_info": {"impl": "numpy", "device": "cpu", "dtype": "float32",
+           "B": 1, "H": 1, "K": 1, "L": i, "S": i, "D": 8, "mask": "none", "grad": False,
+           "pad": "x" * 1000}, "stats": {"median": 1.0}} for i in range(1, 200)]
+try:
+    records.merge_sweep(sys.argv[1], run, points, [])
+except OSError as exc:
+    print(records.os_reason(exc))
+"""
+
+
+def test_a_file_size_limit_during_a_save_keeps_the_earlier_file(tmp_path):
+    """A save that cannot be written whole (RLIMIT_FSIZE, as a full disk) raises OSError and
+    leaves the earlier file as it was, with no temporary file beside it."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "sweep.json"
+    records.merge_sweep(path, RUN, [_point(16)], [])
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), str(len(before) + 4096)],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.strip() == "File too large", proc.stdout + proc.stderr
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json", "sweep.json.lock"]
+
+
+def _check_until_it_hangs(tmp_path, *args: str):
+    """``mha-suite check`` of a plugin that hangs after a few cases, in its own process
+    group, once it hangs: (process, results path)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker, out = tmp_path / "hanging", tmp_path / "conformance.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite.cli", "check", "--plugin",
+         str(Path(__file__).parent / "plugins" / "hangs_later.py"), "--dtype", "float32",
+         "-k", "masking", "--timeout", "0", "--json", str(out), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1], start_new_session=True,
+        env={**os.environ, "MHA_SUITE_TEST_MARKER": str(marker)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    return proc, out
+
+
+def _one_line_and_kept(proc, out, word: str, before: set) -> None:
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("mha-suite:")]
+    assert len(lines) == 1 and lines[0].startswith(f"mha-suite: {word}: the "), stderr[-2000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stdout + stderr
+    kept = {(r["impl"], r["test_id"], r["outcome"]) for r in json.loads(out.read_text())["results"]}
+    assert before <= kept  # nothing recorded before the signal was lost
+
+
+def _recorded(out: Path) -> set:
+    if not out.exists():
+        return set()
+    return {(r["impl"], r["test_id"], r["outcome"]) for r in json.loads(out.read_text())["results"]}
+
+
+def test_sigterm_to_check_saves_the_finished_cases_and_says_so(tmp_path):
+    import signal
+
+    proc, out = _check_until_it_hangs(tmp_path, "--impl", "later.hangs", "--workers", "0")
+    proc.send_signal(signal.SIGTERM)
+    _one_line_and_kept(proc, out, "SIGTERM", set())
+    hangs = [r for r in json.loads(out.read_text())["results"] if r["impl"] == "later.hangs"]
+    assert len(hangs) == 4 and all(r["outcome"] == "pass" for r in hangs)  # each one finished
+
+
+def test_ctrl_c_with_workers_keeps_records_and_leaves_no_worker(tmp_path):
+    import signal
+    import time
+
+    proc, out = _check_until_it_hangs(tmp_path, "--impl", "later.hangs", "--impl", "numpy",
+                                      "--workers", "2")
+    deadline = time.monotonic() + 120  # some records saved (every 5 s) before the signal
+    while not _recorded(out):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    before = _recorded(out)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+    _one_line_and_kept(proc, out, "interrupted", before)
+    deadline = time.monotonic() + 30
+    while True:  # every process of the group (the workers) has ended
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "a worker outlived the run"
+        time.sleep(0.2)
+
+
+def test_a_failed_conformance_save_stops_in_one_line(tmp_path):
+    """check --json under a file-size limit: one line naming --json and why, exit 1, and no
+    partial or temporary file left behind."""
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "conformance.json"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    proc = subprocess.run([sys.executable, "-m", "suite.cli", "check", "--impl", "numpy",
+                           "--dtype", "float32", "--workers", "0", "-k", "masking and causal",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1], preexec_fn=limit)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mha-suite:")]
+    assert lines == [f"mha-suite: error: --json: cannot save {out}: File too large; the records "
+                     "saved before are kept"], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["conformance.json.lock"])

@@ -330,3 +330,38 @@ def test_a_short_call_keeps_pytest_benchmarks_calibration(tmp_path):
         long_call = x["warm_s"] >= timing.PEDANTIC_MIN_S
         assert x["benchmark_mode"] == ("pedantic" if long_call else "calibrated")
     assert "calibrated" in {b["extra_info"]["benchmark_mode"] for b in doc["benchmarks"]}
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_failed_save_stops_the_sweep_in_one_line_and_keeps_the_saved_points(tmp_path):
+    """A full disk or a file-size limit: the sweep stops at the first save that fails, says
+    where and why in one line, and the file keeps every point saved before (here: two points
+    fit under the limit, the third's save does not)."""
+    proc = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "--out", str(tmp_path),
+                           *TINY, "--impl", "numpy"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, preexec_fn=_file_size_limit(9000))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mha-suite:")]
+    assert lines == [f"mha-suite: error: --out: cannot save {tmp_path / 'sweep-ci.json'}: File "
+                     f"too large; the 2 points saved before are kept in "
+                     f"{tmp_path / 'sweep-ci.json'}"], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    assert len(doc["benchmarks"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep-ci.json", "sweep-ci.json.lock"]
+
+
+def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(tmp_path):
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "64", "--heads", "1", "--mask", "none",
+                       "--impl", "numpy", "--memory-budget", "0.000001")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = proc.stdout + proc.stderr  # (a line above the progress bar: on its console)
+    assert "skipped: numpy-cpu-" in said and "GiB > budget" in said, said
+    assert doc["mha_suite_not_measured"][0]["status"] == "skipped"

@@ -6,8 +6,8 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List
 
-from suite import pytest_plugin
 from suite.plugin import interpreted
+from suite.selection import Selection
 
 ORDER = ("fail", "error", "flaky", "known_failure", "deviation", "unsupported", "pass")
 SHORT = {"fail": "fail", "error": "err", "flaky": "flaky", "known_failure": "known",
@@ -39,7 +39,7 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
         lines.append(impl.ljust(width) + "  " + "  ".join(
             cell(rows[impl][f]).ljust(w) for f, w in zip(families, widths)))
     if config is not None:
-        unavailable = [e for e in pytest_plugin.selected_entries(config, available_only=False)
+        unavailable = [e for e in Selection.from_config(config).entries(available_only=False)
                        if not e.available]
         for e in unavailable:
             lines.append(f"{e.name.ljust(width)}  unavailable: {e.error}")
@@ -72,7 +72,7 @@ def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str
 def stale_lines(records: List[dict], config) -> List[str]:
     """Warnings for declarations the code no longer needs, like unused known failures."""
     declared = {e.name: list(e.impl.deviations)
-                for e in pytest_plugin.selected_entries(config, available_only=True)}
+                for e in Selection.from_config(config).entries(available_only=True)}
     return [f"warning: stale declaration: {impl} declares {b} but every case that exhibits "
             f"it gave the spec's answer (remove the declaration)"
             for impl, bs in stale_declarations(records, declared).items() for b in bs]
@@ -81,7 +81,7 @@ def stale_lines(records: List[dict], config) -> List[str]:
 def implementations(config, records: Iterable[dict] = ()) -> List[dict]:
     records = list(records)
     out = []
-    for e in pytest_plugin.session_registry(config).entries.values():
+    for e in Selection.from_config(config).registry().entries.values():
         item = {"name": e.name, "source": e.source, "available": e.available, "error": e.error,
                 "framework": None, "framework_version": None, "devices": [], "dtypes": {},
                 "features": [], "deviations": {}}

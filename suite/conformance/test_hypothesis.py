@@ -18,7 +18,7 @@ from hypothesis.errors import FlakyFailure  # noqa: E402
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.plugin import interpreted  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
-from suite.pytest_plugin import Timeout, timed_out  # noqa: E402
+from suite.timeouts import Timeout, timed_out  # noqa: E402
 
 # Examples for a kernel run by its interpreter (device cpu-interpret): its cases stay well
 # inside --timeout (25 Pallas examples took over 300 s on 2 loaded cores).

@@ -1,0 +1,278 @@
+"""The conformance session: one object per pytest run that holds its records and options.
+
+Like pytest-benchmark's ``BenchmarkSession(config)``: the hooks below are methods of one
+``ConformanceSession`` registered as a pytest plugin, so no module global and no
+string-keyed state carry a run. It is registered by the conformance conftest in a serial
+run and by ``suite.pytest_plugin`` in a pytest-xdist controller (which collects nothing,
+so never loads that conftest); outcomes travel from workers in each report's
+``user_properties``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import signal
+import sys
+import time
+from typing import Dict, List, Optional, Set, Tuple
+
+import pytest
+
+from suite.selection import Selection
+
+KNOWN_FILE = os.path.join(os.path.dirname(__file__), "conformance", "known_failures.txt")
+PLUGIN_NAME = "mha_suite_conformance_session"
+SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
+# Family of the tests whose outcome names no family through a ``case`` parameter.
+MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
+                 "test_hypothesis": "hypothesis"}
+# Records and matched known-failure patterns travel in each test report's user_properties,
+# so the controller of a pytest-xdist run sees every worker's outcomes.
+RECORD_KEY = "mha_suite_record"
+KNOWN_KEY = "mha_suite_known_failure"
+SESSION = pytest.StashKey["ConformanceSession"]()  # this run's session
+
+
+class KnownFailuresError(ValueError):
+    """A --known-failures file that cannot be read (one line naming it)."""
+
+
+def read_known_failures(paths) -> Dict[str, str]:
+    """{test id glob: reason} from plain text files: one id a line, '#' then the reason."""
+    out = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except IsADirectoryError:
+            raise KnownFailuresError(f"--known-failures: expected a text file, got the "
+                                     f"folder {path}") from None
+        except FileNotFoundError:
+            raise KnownFailuresError(f"--known-failures: expected a text file, got {path}, "
+                                     "which does not exist") from None
+        except UnicodeDecodeError:
+            raise KnownFailuresError(f"--known-failures: expected a UTF-8 text file, got "
+                                     f"binary data in {path}") from None
+        except OSError as exc:
+            raise KnownFailuresError(f"--known-failures: cannot read {path}: "
+                                     f"{exc.strerror}") from None
+        for line in lines:
+            pattern, _, reason = line.partition("#")
+            if pattern.strip():
+                out[pattern.strip()] = reason.strip() or "listed in " + str(path)
+    return out
+
+
+def family(item: pytest.Item) -> Optional[str]:
+    """The case family of a conformance test (its case's, else its module's); None for a
+    test that runs no implementation."""
+    cs = getattr(item, "callspec", None)
+    if cs is None or "target" not in cs.params:
+        return None
+    case = cs.params.get("case")
+    return case.family if case is not None else MODULE_FAMILY.get(
+        item.module.__name__.rsplit(".", 1)[-1], "other")
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker: records travel to the controller in the reports."""
+    return hasattr(config, "workerinput")
+
+
+class ConformanceSession:
+    """A conformance run's selection, known failures, records, progress bar and saving."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.selection = Selection.from_config(config)
+        extra = config.getoption("--known-failures") or []
+        try:
+            self.known: Dict[str, str] = read_known_failures([KNOWN_FILE, *extra])
+        except KnownFailuresError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.records: List[dict] = []
+        self.used: Set[str] = set()
+        self.bar = None
+        self.task = None
+        self.failed = 0
+        self.saved = time.monotonic()
+        self.json_path: Optional[str] = config.getoption("--conformance-json")
+        self._targets: Optional[list] = None
+        self.interrupted: Optional[str] = None
+        self.save_error: Optional[str] = None  # the first failed save: the run stops there
+        self.session: Optional[pytest.Session] = None
+        repeat = config.getoption("--repeat")
+        if repeat < 1:
+            raise pytest.UsageError(f"--repeat: expected a positive int, got {repeat}")
+
+    @classmethod
+    def ensure(cls, config: pytest.Config) -> ConformanceSession:
+        """This run's session, created and registered on first use."""
+        session = config.stash.get(SESSION, None)
+        if session is None:
+            session = cls(config)
+            session.handle_sigterm()
+            config.pluginmanager.register(session, PLUGIN_NAME)
+            config.stash[SESSION] = session
+        return session
+
+    @staticmethod
+    def of(config: pytest.Config) -> ConformanceSession:
+        return config.stash.get(SESSION, None)
+
+    def targets(self) -> list:
+        """(entry, device, dtype) triples, computed once per session."""
+        if self._targets is None:
+            from suite.registry import PluginError, UnknownImplementation
+            from suite.selection import targets
+
+            try:
+                self._targets = list(targets(self.selection))
+            except (UnknownImplementation, PluginError) as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return self._targets
+
+    def known_failure(self, name: str) -> Optional[Tuple[str, str]]:
+        """(pattern, reason) of the first known-failure entry matching test ``name``."""
+        for pattern, reason in self.known.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return pattern, reason
+        return None
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def handle_sigterm(self) -> None:
+        """SIGTERM (a CI job cancelled, `kill`) is handled as Ctrl-C: what finished is saved.
+        (Installed when the session is made: the conftest that makes it in a serial run is
+        loaded during collection, after pytest_sessionstart.)"""
+        if is_worker(self.config) or signal.getsignal(signal.SIGTERM) not in (
+                signal.SIG_DFL, None):
+            return
+
+        def terminate(signum, frame):
+            self.interrupted = "SIGTERM"
+            raise KeyboardInterrupt("SIGTERM")
+
+        signal.signal(signal.SIGTERM, terminate)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: List[pytest.Item]) -> None:
+        """An implementation's cases of one family form one xdist group (``--dist loadgroup``
+        keeps a group on one worker, which compiles a graph its cases share once); groups of
+        an implementation per family, not one, because a compiled plugin's cases alone
+        outlast all the others (torch.flex: 170 s of 280 s, measured) and would leave the
+        other cores idle. The property-based cases run first: each runs many examples (on a
+        compiled plugin, one compile each: torch.flex's took 137 s of a 240 s run), and
+        started last, one of them left a worker running alone at the end (longest first is
+        the classic fix). With --progress, a bar with an ETA."""
+        self.session = session  # (the serial run's session is made after sessionstart)
+        items.sort(key=lambda it: family(it) != "hypothesis")
+        for item in items:
+            fam = family(item)
+            if fam is not None:
+                group = f"{item.callspec.params['target'][0].name}/{fam}"
+                item.add_marker(pytest.mark.xdist_group(group))
+        if not config.getoption("--progress") or not items or is_worker(config):
+            return
+        from rich.progress import TextColumn
+
+        from suite.progress import progress_bar
+
+        self.bar = progress_bar("conformance", TextColumn("{task.fields[failed]} failed",
+                                                          style="red"))
+        self.bar.start()
+        self.task = self.bar.add_task("", total=len(items), failed=0)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_teststatus(self, report, config: pytest.Config):
+        """With --progress, pytest's per-test letters are left out (the bar counts instead)."""
+        result = yield
+        if self.bar is not None and result:
+            category, _letter, word = result
+            return category, "", word
+        return result
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect records from the reports (this process's or, under xdist, the workers'),
+        advance the progress bar and save the results JSON now and then."""
+        if is_worker(self.config):
+            return
+        if report.when == "call" and report.failed:
+            self.failed += 1
+        if report.when != "teardown":  # the last report of a test carries all its properties
+            return
+        for key, value in report.user_properties:
+            if key == RECORD_KEY:
+                self.records.append(value)
+            elif key == KNOWN_KEY:
+                self.used.add(value)
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, failed=self.failed)
+        if time.monotonic() - self.saved > SAVE_EVERY_S:
+            self.save()  # a killed run keeps what it measured
+
+    def save(self) -> None:
+        """Merge the records into --conformance-json. A save that fails (a full disk, a
+        file-size limit) stops the run: the file keeps the records saved before."""
+        if self.json_path and self.records and not self.save_error:
+            from suite import records
+            from suite.conformance.summary import write_json
+
+            try:
+                write_json(self.json_path, self.records, self.config)
+            except (OSError, records.ResultsError) as exc:
+                self.save_error = (f"--json: cannot save {self.json_path}: "
+                                   f"{records.os_reason(exc)}")
+                if self.session is not None:
+                    self.session.shouldstop = self.save_error
+        self.saved = time.monotonic()
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config
+                                ) -> None:
+        if is_worker(config):
+            return
+        if self.bar is not None:
+            self.bar.stop()
+        if not self.records:
+            return
+        from suite.conformance.summary import matrix_lines, stale_lines
+
+        unused = set(self.known) - self.used
+        filtered = config.option.keyword or any(
+            config.getoption(o) for o in ("--impl", "--device", "--dtype"))
+        for pattern in sorted(unused):
+            if self.targets() and not filtered and not self.interrupted:
+                terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
+        for line in stale_lines(self.records, config):
+            terminalreporter.write_line(line)
+        for line in matrix_lines(self.records, config):
+            terminalreporter.write_line(line)
+        if self.json_path:
+            self.save()
+            if not self.save_error:
+                terminalreporter.write_line(
+                    f"conformance results: {os.path.abspath(self.json_path)}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = self.interrupted or "interrupted"
+        # One line (pytest_unconfigure's) instead of pytest's KeyboardInterrupt banner.
+        # (pytest offers no option for it: its reporter's private method is silenced.)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and hasattr(reporter, "_report_keyboardinterrupt"):
+            reporter._report_keyboardinterrupt = lambda: None
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if is_worker(config):
+            return
+        if self.save_error:
+            print(f"mha-suite: error: {self.save_error}; the records saved before are kept",
+                  file=sys.stderr)
+        elif self.interrupted:
+            where = f" in {os.path.abspath(self.json_path)}" if self.json_path else ""
+            print(f"mha-suite: {self.interrupted}: the {len(self.records)} cases finished are "
+                  f"saved{where}; the cases in progress were not", file=sys.stderr)

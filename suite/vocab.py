@@ -1,0 +1,46 @@
+"""The suite's vocabularies, declared once: conformance outcomes and sweep point statuses.
+
+Both are ``str`` enums, so a member compares equal to its value and is written to JSON as
+that value: results files and string comparisons elsewhere are unchanged by using them.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(str, enum.Enum):
+    """What a conformance case found for one implementation, device and dtype."""
+
+    PASS = "pass"
+    FAIL = "fail"  # the agreement rule or a declared policy was broken
+    ERROR = "error"  # the plugin raised (or ran past --timeout)
+    UNSUPPORTED = "unsupported"  # a feature the case needs is not declared, or refused
+    DEVIATION = "deviation"  # a declared policy, observed and checked
+    FLAKY = "flaky"  # repeated runs disagreed
+    KNOWN_FAILURE = "known_failure"  # a failure listed in a known-failures file
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAILED_OUTCOMES = (Outcome.FAIL, Outcome.ERROR, Outcome.FLAKY)
+
+
+class Status(str, enum.Enum):
+    """What became of one sweep point of one implementation."""
+
+    OK = "ok"  # measured, its output checked
+    UNSUPPORTED = "unsupported"  # a feature or dtype the point needs is not declared
+    SKIPPED = "skipped"  # predicted to need more memory than the budget
+    OOM = "oom"  # ran out of memory
+    TIMEOUT = "timeout"  # ran past --timeout
+    ERROR = "error"  # the plugin raised
+    INVALID_OUTPUT = "invalid-output"  # wrong shape, or not finite
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Statuses that make a sweep exit 1: something went wrong, rather than "cannot run here".
+FAILED_STATUSES = (Status.ERROR, Status.TIMEOUT, Status.INVALID_OUTPUT)
