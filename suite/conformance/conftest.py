@@ -40,7 +40,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             reason = (call.excinfo.exconly() if call.excinfo else str(report.longrepr))
             out = Outcome(entry.name, device, dtype, fam, name,
                           getattr(case, "seed", 0), "error", reason=reason.strip()[:2000],
-                          test_id=item.nodeid)
+                          test_id=record_id(item))
             item.user_properties.append((RECORD_KEY, out.record()))  # the teardown report
             item.stash[RECORDED] = True  # carries it (the last report of a test)
     return report
@@ -98,10 +98,18 @@ def replay_command(config: pytest.Config, impl: str, test_id: str) -> str:
             f"--impl '{impl}' -k '{test_id}'" + (f" --repeat {repeat}" if repeat > 1 else ""))
 
 
+def record_id(item: pytest.Item) -> str:
+    """The test's id as a serial run names it: pytest-xdist's loadgroup appends
+    ``@<group>`` to the node id of a grouped test, which would make one case two records."""
+    group = item.get_closest_marker("xdist_group")
+    name = group and (group.kwargs.get("name") or (group.args[0] if group.args else None))
+    return item.nodeid.removesuffix(f"@{name}") if name else item.nodeid
+
+
 def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
     """Store an outcome for the JSON/matrix and turn it into pass/fail/skip/xfail."""
     __tracebackhide__ = True
-    outcome.test_id = request.node.nodeid
+    outcome.test_id = record_id(request.node)
     request.node.stash[RECORDED] = True
     known = ConformanceSession.of(request.config).known_failure(request.node.name)
     if known:
