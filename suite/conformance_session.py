@@ -96,7 +96,7 @@ class ConformanceSession:
         self.bar = None
         self.task = None
         self.failed = 0
-        self.saved = time.monotonic()
+        self.saved = -float("inf")  # the first finished case is saved at once
         self.json_path: Optional[str] = config.getoption("--conformance-json")
         self._targets: Optional[list] = None
         self.interrupted: Optional[str] = None

@@ -100,7 +100,7 @@ class Description:
     devices: List[str]
     dtypes: Dict[str, List[str]]  # device -> dtypes
     features: List[str]
-    deviations: Dict[str, str]
+    deviations: Dict[str, str]  # behaviour -> declared policy
     array_library: str = ""  # what it computes with, when not its framework
     kv_source: str = "separate"
 
@@ -110,7 +110,8 @@ class Description:
         arrays = array_library(impl)
         return cls(impl.framework, impl.framework_version(), devices,
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
-                   dict(impl.deviations), "" if arrays == impl.framework else arrays,
+                   {b: d.policy for b, d in impl.deviations.items()},
+                   "" if arrays == impl.framework else arrays,
                    getattr(impl, "kv_source", "separate"))
 
 

@@ -216,6 +216,18 @@ def test_a_file_size_limit_during_a_save_keeps_the_earlier_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json", "sweep.json.lock"]
 
 
+def _stopped(proc) -> tuple:
+    """Kill ``proc``'s process group (a failed wait must not hang the test run) and return
+    what it printed."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return proc.communicate(timeout=60)
+
+
 def _check_until_it_hangs(tmp_path, *args: str):
     """``mha-suite check`` of a plugin that hangs after a few cases, in its own process
     group, once it hangs: (process, results path)."""
@@ -235,13 +247,18 @@ def _check_until_it_hangs(tmp_path, *args: str):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        assert proc.poll() is None and time.monotonic() < deadline, _stopped(proc)
         time.sleep(0.1)
     return proc, out
 
 
 def _one_line_and_kept(proc, out, word: str, before: set) -> None:
-    stdout, stderr = proc.communicate(timeout=120)
+    import subprocess
+
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no exit within 120 s of the signal: {_stopped(proc)}")
     assert proc.returncode == 130, stderr[-2000:]
     lines = [line for line in stderr.splitlines() if line.startswith("mha-suite:")]
     assert len(lines) == 1 and lines[0].startswith(f"mha-suite: {word}: the "), stderr[-2000:]
@@ -272,13 +289,17 @@ def test_ctrl_c_with_workers_keeps_records_and_leaves_no_worker(tmp_path):
 
     proc, out = _check_until_it_hangs(tmp_path, "--impl", "later.hangs", "--impl", "numpy",
                                       "--workers", "2")
-    deadline = time.monotonic() + 120  # some records saved (every 5 s) before the signal
-    while not _recorded(out):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
-    before = _recorded(out)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
-    _one_line_and_kept(proc, out, "interrupted", before)
+    try:
+        deadline = time.monotonic() + 120  # records saved (the first case at once) before it
+        while not _recorded(out):
+            assert proc.poll() is None and time.monotonic() < deadline, _stopped(proc)
+            time.sleep(0.2)
+        before = _recorded(out)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+        _one_line_and_kept(proc, out, "interrupted", before)
+    finally:
+        if proc.poll() is None:
+            _stopped(proc)
     deadline = time.monotonic() + 30
     while True:  # every process of the group (the workers) has ended
         try:
