@@ -32,6 +32,7 @@ class TorchCompiled(TorchEager):
 
     name = "torch.compile"
     features = TorchEager.features - {"weights"}
+    compiles_per_shape = True  # each new shape or mask kind recompiles (2-20 s cold, CPU)
 
     def __init__(self) -> None:
         # Shapes become dynamic after a recompile, so sizes alone rarely add graphs.
@@ -71,6 +72,7 @@ class TorchFlex(TorchCore):
     """
 
     name = "torch.flex"
+    compiles_per_shape = True  # each new shape or block mask recompiles (5-25 s cold, CPU)
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale"})
     deviations = {

@@ -113,6 +113,7 @@ def implementations(docs: List[Document], styles: Optional[Dict[str, Style]] = N
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
+                "left": dict(i.get("left_to_check") or {}),
                 "policies": sorted(set(i.get("deviations") or {})
                                    - set(i.get("stale_deviations") or [])),
                 "deviations": sorted(
@@ -474,6 +475,14 @@ def headline_unmeasured(sweeps: pd.DataFrame, conf: pd.DataFrame,
     if absent and len(sweeps):
         out.append({"anchor": "scaling", "text": f"checked but not in the sweep: "
                     f"{', '.join(absent)}"})
+    left: Dict[str, int] = {}
+    for i in impls:
+        for fam, n in (i.get("left") or {}).items():
+            left[fam] = left.get(fam, 0) + int(n)
+    if sum(left.values()):  # a sampled check (the main job's): what it did not run
+        out.append({"anchor": "conformance", "text": f"conformance ran the main job's sample: "
+                    f"{sum(left.values())} cases left to mha-suite check ("
+                    + ", ".join(f"{fam} {n}" for fam, n in sorted(left.items())) + ")"})
     unchecked = sorted(swept - checked)
     if unchecked and len(conf):
         out.append({"anchor": "conformance", "text": f"timed but not checked: "

@@ -105,6 +105,8 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
         out += ["--repeat", str(args.repeat)]
     if getattr(args, "hypothesis_examples", None):
         out += ["--hypothesis-examples", str(args.hypothesis_examples)]
+    if getattr(args, "sample", False):
+        out.append("--sample")
     return out + list(getattr(args, "pytest_args", None) or [])
 
 
@@ -219,8 +221,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The conformance matrix covers the dtypes the sweep times (mha-suite check: all).
     dtypes = args.dtype or sweep.preset_dtypes(args.preset)
     check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
-                                       "dtype": dtypes, "k": None, "pytest_args": []})
+                                       "dtype": dtypes, "k": None, "pytest_args": [],
+                                       "sample": not args.full})
     sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
+                                 sample=not args.full,
                                  impl=list(args.impl), plugin=list(args.plugin),
                                  device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
@@ -232,11 +236,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     records.check_writable(out / "report.html", "--out")
     check_report_target(out / "report.html")
     steps = {}  # seconds per step, printed at the end: where the main job's time went
-    print(f"[1/3] conformance ({', '.join(dtypes)}) -> {out / 'conformance.json'}", flush=True)
+    what = "every case" if args.full else \
+        "the main job's sample of the cases; mha-suite check runs them all"
+    print(f"[1/3] conformance ({', '.join(dtypes)}; {what}) -> {out / 'conformance.json'}",
+          flush=True)
     start = time.monotonic()
     check_code = cmd_check(check_args)
     steps["conformance"] = time.monotonic() - start
-    print(f"[2/3] sweep (preset {args.preset}) -> {out}", flush=True)
+    print(f"[2/3] sweep (preset {args.preset}" + ("" if args.full else
+          "; per-shape compilers at fewer lengths, the rest left to mha-suite sweep")
+          + f") -> {out}", flush=True)
     start = time.monotonic()
     sweep_code = sweep.run(sweep_args)
     steps["sweep"] = time.monotonic() - start
@@ -280,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, metavar="PATH", help="write results JSON to PATH")
     p.add_argument("--hypothesis-examples", type=int, default=None, metavar="N",
                    help="examples per property-based case (default: the CI bound)")
+    p.add_argument("--sample", action="store_true",
+                   help="only the main job's sample of the cases: every family, a few cases "
+                        "each (suite/sample.py); what it leaves is counted in the results")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")
@@ -317,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="conformance dtypes (default: the preset's; mha-suite check runs all)")
     p.add_argument("--preset", default="default", choices=sorted(sweep.PRESETS),
                    help="sweep preset (default: default)")
+    p.add_argument("--full", action="store_true",
+                   help="every conformance case and sweep point, as mha-suite check and sweep "
+                        "run them (default: the main job's sample, suite/sample.py: every "
+                        "family with a few cases each, per-shape compilers at fewer lengths)")
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")
     _add_run_options(p)

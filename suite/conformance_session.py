@@ -75,6 +75,16 @@ def family(item: pytest.Item) -> Optional[str]:
         item.module.__name__.rsplit(".", 1)[-1], "other")
 
 
+def case_name(item: pytest.Item) -> str:
+    """The case a conformance test runs: its case's name, its ``name`` parameter, else its
+    function's name without ``test_``."""
+    params = item.callspec.params
+    case = params.get("case")
+    if case is not None:
+        return case.name
+    return str(params["name"]) if "name" in params else item.originalname.removeprefix("test_")
+
+
 def is_worker(config: pytest.Config) -> bool:
     """True in a pytest-xdist worker: records travel to the controller in the reports."""
     return hasattr(config, "workerinput")
@@ -102,6 +112,8 @@ class ConformanceSession:
         self.interrupted: Optional[str] = None
         self.save_error: Optional[str] = None  # the first failed save: the run stops there
         self.session: Optional[pytest.Session] = None
+        # --sample: impl -> family -> cases the main job's sample left to a full check
+        self.left: Dict[str, Dict[str, int]] = {}
         repeat = config.getoption("--repeat")
         if repeat < 1:
             raise pytest.UsageError(f"--repeat: expected a positive int, got {repeat}")
@@ -170,6 +182,8 @@ class ConformanceSession:
         started last, one of them left a worker running alone at the end (longest first is
         the classic fix). With --progress, a bar with an ETA."""
         self.session = session  # (the serial run's session is made after sessionstart)
+        if config.getoption("--sample"):
+            self.take_sample(config, items)
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
@@ -186,6 +200,42 @@ class ConformanceSession:
                                                           style="red"))
         self.bar.start()
         self.task = self.bar.add_task("", total=len(items), failed=0)
+
+    def take_sample(self, config: pytest.Config, items: List[pytest.Item]) -> None:
+        """Deselect the cases outside the main job's sample (suite.sample), counting them per
+        implementation and family; a pytest-xdist worker sends the counts to the controller
+        (``workeroutput``), which saves them beside the records."""
+        from suite.plugin import MASK_FORMS
+        from suite.sample import counted, sampled
+
+        keep, drop = [], []
+        for item in items:
+            fam = family(item)
+            if fam is None:
+                keep.append(item)
+                continue
+            entry, device, _dtype = item.callspec.params["target"]
+            name = case_name(item)
+            if sampled(entry.impl, device, fam, name, MASK_FORMS):
+                keep.append(item)
+                continue
+            drop.append(item)
+            if counted(entry.impl, fam, name):
+                counts = self.left.setdefault(entry.name, {})
+                counts[fam] = counts.get(fam, 0) + 1
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+        if is_worker(config):
+            config.workeroutput["mha_suite_left"] = self.left
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """pytest-xdist: a worker's counts of the cases its sample left (every worker
+        collects the same items, so the first worker's counts are the run's)."""
+        left = getattr(node, "workeroutput", {}).get("mha_suite_left")
+        if left and not self.left:
+            self.left = left
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(self, report, config: pytest.Config):
@@ -223,7 +273,7 @@ class ConformanceSession:
             from suite.conformance.summary import write_json
 
             try:
-                write_json(self.json_path, self.records, self.config)
+                write_json(self.json_path, self.records, self.config, self.left)
             except (OSError, records.ResultsError) as exc:
                 self.save_error = (f"--json: cannot save {self.json_path}: "
                                    f"{records.os_reason(exc)}")
@@ -247,10 +297,15 @@ class ConformanceSession:
         for pattern in sorted(unused):
             if self.targets() and not filtered and not self.interrupted:
                 terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
-        for line in stale_lines(self.records, config):
+        for line in stale_lines(self.records, config, self.left):
             terminalreporter.write_line(line)
         for line in matrix_lines(self.records, config):
             terminalreporter.write_line(line)
+        from suite.sample import left_line
+
+        left = left_line(self.left)
+        if left:
+            terminalreporter.write_line(left)
         if self.json_path:
             self.save()
             if not self.save_error:

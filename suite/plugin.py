@@ -210,6 +210,10 @@ class Implementation:
     # family gives the plugin each one (``suite.adapters.requested_form``) and compares it
     # with the oracle on the same problem. Empty (the default): the family is unsupported.
     mask_forms: ClassVar[FrozenSet[str]] = frozenset()
+    # True for a plugin that compiles anew for each shape and mask kind (torch.compile,
+    # FlexAttention: seconds to tens of seconds each on a CPU): the main job's sample
+    # (suite.sample) gives it one case per family and fewer property-based examples.
+    compiles_per_shape: ClassVar[bool] = False
     # The case families this name runs (None: all). A built-in variant that differs from its
     # base in one code path names the families that path changes, which keeps the CI's cost
     # down; the other families are reported unsupported with the list.

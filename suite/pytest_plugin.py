@@ -28,9 +28,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run each conformance case N times, each on a fresh instance "
                          "(recompiling where the plugin compiles); a case whose outcome "
                          "changes is reported as flaky, with each outcome (default 1)")
-    group.addoption("--hypothesis-examples", type=int, default=25, metavar="N",
+    group.addoption("--hypothesis-examples", type=int, default=None, metavar="N",
                     help="examples per implementation for the property-based shapes family "
-                         "(default 25, derandomised; raise for longer searches)")
+                         "(derandomised; default 25, 6 for a plugin that compiles each shape, "
+                         "5 for an interpreted kernel; raise for longer searches)")
+    group.addoption("--sample", action="store_true", default=False,
+                    help="run the main job's sample of the cases (suite.sample): every family, "
+                         "a few cases each; what it leaves is counted and saved")
     group.addoption("--known-failures", action="append", default=[], metavar="FILE",
                     help="more known-failure lists (test id glob # reason, one a line)")
     group.addoption("--sweep-spec", default=None, metavar="PATH",

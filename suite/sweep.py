@@ -107,6 +107,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None, help="results file stem (default sweep-<preset>)")
     p.add_argument("--resume", action="store_true",
                    help="keep the points already in the results file; run only the missing ones")
+    p.add_argument("--sample", action="store_true",
+                   help="the main job's sample: a plugin that compiles each shape anew times "
+                        "every other length at the grid's usual head count (suite/sample.py); "
+                        "the points it leaves are recorded as not measured, with the reason")
     p.add_argument("--memory-budget", dest="memory_budget", type=float, default=None,
                    metavar="GB", help="skip points predicted to need more (default 50%% of free)")
     p.add_argument("--threads", type=int, default=None, help="BLAS/torch threads (default: cores)")
@@ -234,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     out = results_path(args)  # existing points are kept; a point measured again replaces its own
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
                 memory_budget_gb=args.memory_budget, stop_after=args.stop_after,
-                shard=args.shard)
+                shard=args.shard, sample=bool(getattr(args, "sample", False)))
     # The device option filters the devices an implementation offers; the grid's points
     # name the device prefixes, so the selection's devices stay empty here.
     session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))

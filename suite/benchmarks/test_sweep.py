@@ -7,6 +7,7 @@ import pytest
 from suite import timing
 from suite.measure import measure, point_info
 from suite.point import point_key
+from suite.sample import sweep_left_out
 from suite.sweep_session import POINT
 from suite.vocab import Status
 
@@ -19,6 +20,12 @@ def test_point(benchmark, sweep_point, sweep_session, request):
     request.node.stash[POINT] = point_info(impl, entry.name, point)
     if point_key(request.node.stash[POINT]) in session.done:
         pytest.skip("resumed: already measured")
+
+    left = sweep_left_out(impl, device, point, session.spec) if session.spec.get("sample") \
+        else None
+    if left:  # the main job's sample: said in the results, the report and the console
+        session.record_not_measured(request.node.stash[POINT], Status.SKIPPED, left)
+        pytest.skip(f"{Status.SKIPPED}: {left}")
 
     def timer(fn, warm_s: float) -> str:  # pytest-benchmark times the calls
         return timing.run_benchmark(benchmark, fn, warm_s, session.timing)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 from suite.plugin import interpreted
 from suite.selection import Selection
@@ -69,16 +69,23 @@ def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str
     return out
 
 
-def stale_lines(records: List[dict], config) -> List[str]:
-    """Warnings for declarations the code no longer needs, like unused known failures."""
+def stale_lines(records: List[dict], config,
+                left: Optional[Dict[str, Dict[str, int]]] = None) -> List[str]:
+    """Warnings for declarations the code no longer needs, like unused known failures; not
+    for an implementation a sampled run left cases of (``left``): a case it did not run may
+    be the one that needs the declaration."""
     declared = {e.name: list(e.impl.deviations)
-                for e in Selection.from_config(config).entries(available_only=True)}
+                for e in Selection.from_config(config).entries(available_only=True)
+                if not (left or {}).get(e.name)}
     return [f"warning: stale declaration: {impl} declares {b} but every case that exhibits "
             f"it gave the spec's answer (remove the declaration)"
             for impl, bs in stale_declarations(records, declared).items() for b in bs]
 
 
-def implementations(config, records: Iterable[dict] = ()) -> List[dict]:
+def implementations(config, records: Iterable[dict] = (),
+                    left: Optional[Dict[str, Dict[str, int]]] = None) -> List[dict]:
+    """The registry's implementations as the results file describes them; an available one
+    run by a sampled check carries ``left_to_check`` (family -> cases not run)."""
     records = list(records)
     out = []
     for e in Selection.from_config(config).registry().entries.values():
@@ -94,13 +101,18 @@ def implementations(config, records: Iterable[dict] = ()) -> List[dict]:
                                     for b, d in impl.deviations.items()},
                         stale_deviations=stale_declarations(
                             records, {e.name: list(impl.deviations)}).get(e.name, []))
+            if left and left.get(e.name):  # sampled: no case left out may be the one needing it
+                item["left_to_check"] = dict(sorted(left[e.name].items()))
+                item["stale_deviations"] = []
         out.append(item)
     return out
 
 
-def write_json(path: str, records: Iterable[dict], config) -> None:
-    """Merge this run's records into the conformance file at ``path`` (suite.records)."""
+def write_json(path: str, records: Iterable[dict], config,
+               left: Optional[Dict[str, Dict[str, int]]] = None) -> None:
+    """Merge this run's records into the conformance file at ``path`` (suite.records);
+    ``left``: impl -> family -> cases a sampled run (``--sample``) left to a full check."""
     from suite.records import merge_conformance, run_info
 
     records = list(records)
-    merge_conformance(path, run_info(config), implementations(config, records), records)
+    merge_conformance(path, run_info(config), implementations(config, records, left), records)

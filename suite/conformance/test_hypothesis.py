@@ -1,7 +1,8 @@
 """Property-based shapes: Hypothesis draws B, Lq, Lk, E, H, H_kv and masks within bounds.
 
-Derandomised and bounded (``--hypothesis-examples``, default 25 per implementation,
-dtype and device) so CI is repeatable; raise it for longer searches. Draws use only
+Derandomised and bounded (``--hypothesis-examples``: by default 25 per implementation,
+dtype and device, fewer where each shape compiles or is interpreted) so CI is repeatable;
+raise it for longer searches. Draws use only
 features the implementation declares, so every example is a fair question.
 """
 
@@ -18,10 +19,15 @@ from hypothesis.errors import FlakyFailure  # noqa: E402
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.plugin import interpreted  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
+from suite.sample import examples  # noqa: E402
 from suite.timeouts import Timeout, timed_out  # noqa: E402
 
-# Examples for a kernel run by its interpreter (device cpu-interpret): its cases stay well
-# inside --timeout (25 Pallas examples took over 300 s on 2 loaded cores).
+# Examples when --hypothesis-examples is not given. Each new shape costs a compile on a
+# plugin that compiles per shape and a trace on an interpreted kernel, and every case keeps
+# a 3x margin under --timeout (300 s): 25 torch.flex examples took 137-177 s on 2 quiet
+# cores (and hit 300 s on busy ones), 25 Pallas examples over 300 s on 2 loaded cores.
+EXAMPLES = 25
+COMPILED_EXAMPLES = 6
 INTERPRETED_EXAMPLES = 5
 
 
@@ -59,8 +65,11 @@ def problems(draw, features: frozenset):
 
 def test_random_shapes(target, conform, request, listed_known_failure):
     n = request.config.getoption("--hypothesis-examples")
-    if interpreted(target[1]):  # each new shape is traced and interpreted again (~5 s each)
-        n = min(n, INTERPRETED_EXAMPLES)
+    if n is None:  # the default: bounded where each new shape costs seconds
+        n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
+            if getattr(target[0].impl, "compiles_per_shape", False) else EXAMPLES
+        if request.config.getoption("--sample"):  # the main job's sample: fewer still
+            n = examples(target[0].impl, target[1], n)
     # A listed known failure runs to show it still fails: its first failing example says so,
     # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin
     # that compiles each new shape, shrinking alone took 300 s, Hypothesis's own limit).
