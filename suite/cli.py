@@ -222,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                        "dtype": dtypes, "k": None, "pytest_args": []})
     sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
                                  impl=list(args.impl), plugin=list(args.plugin),
+                                 progress=args.progress,
                                  device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)

@@ -365,3 +365,29 @@ def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(tmp_path
     said = proc.stdout + proc.stderr  # (a line above the progress bar: on its console)
     assert "skipped: numpy-cpu-" in said and "GiB > budget" in said, said
     assert doc["mha_suite_not_measured"][0]["status"] == "skipped"
+
+
+BRACKETED = '''
+from implementations.numpy_mha import NumpyMHA
+
+
+class Bracketed(NumpyMHA):
+    name = "numpy.mine[flash]"
+'''
+
+
+@pytest.mark.parametrize("progress", ["--progress", "--no-progress"])
+def test_bracketed_names_print_whole_with_and_without_the_progress_bar(tmp_path, progress):
+    """rich reads ``[flash]`` as markup and drops it: the console lines escape names, and
+    ``--progress/--no-progress`` choose the bar as they do for check and run."""
+    plugin_file = tmp_path / "bracketed.py"
+    plugin_file.write_text(BRACKETED)
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.01", "--min-rounds", "2",
+                       "--plugin", str(plugin_file), "--impl", "numpy.mine*", progress)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = proc.stdout + proc.stderr
+    assert "numpy.mine[flash]" in said, said
+    # the bar draws its label on stderr only when it is on
+    assert ("sweep" in proc.stderr.replace("sweep time", "")) == (progress == "--progress")
+    assert [b["extra_info"]["impl"] for b in doc["benchmarks"]] == ["numpy.mine[flash]"]
