@@ -113,12 +113,12 @@ def implementations(docs: List[Document], styles: Optional[Dict[str, Style]] = N
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
-                "policies": sorted(set(i.get("deviations") or {})
+                "policies": sorted(set(_labels(i.get("deviations") or {}))
                                    - set(i.get("stale_deviations") or [])),
                 "deviations": sorted(
-                    (b, _declared(d) + (" (stale: no case needed it)"
-                                        if b in (i.get("stale_deviations") or []) else ""))
-                    for b, d in (i.get("deviations") or {}).items())}
+                    (label, _declared(d) + (" (stale: no case needed it)"
+                                            if label in (i.get("stale_deviations") or []) else ""))
+                    for label, d in _labels(i.get("deviations") or {}).items())}
     fams = styles_or_own(styles, [(n, r["framework"]) for n, r in seen.items()])
     order = {f: i for i, f in enumerate(family_order(s.family for s in fams.values()))}
     for r in seen.values():
@@ -134,6 +134,19 @@ def styles_or_own(styles: Optional[Dict[str, Style]], pairs: List[Any]) -> Dict[
     if styles is not None and names <= set(styles):
         return styles
     return assign(impl_families(pairs))
+
+
+def _labels(deviations: Dict[str, Any]) -> Dict[str, Any]:
+    """label -> {policy, reason}: the behaviour, or ``behaviour[dtype]`` for each dtype of a
+    declaration that depends on the dtype (stored as dtype -> {policy, reason})."""
+    out = {}
+    for b, d in deviations.items():
+        if isinstance(d, dict) and "policy" not in d and all(isinstance(v, dict)
+                                                             for v in d.values()):
+            out.update({f"{b}[{dtype}]": v for dtype, v in d.items()})
+        else:
+            out[b] = d
+    return out
 
 
 def _declared(d: Any) -> str:

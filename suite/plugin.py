@@ -28,6 +28,9 @@ Deviations are checked policies, not excuses: ``deviations = {"fully_masked_rows
 Deviation("nan", "measured reason")}`` says what the plugin does where it differs from the
 spec, and the conformance run checks that the affected rows do exactly that and that
 every other row passes the agreement rule (``POLICIES`` lists the behaviours and policies).
+A behaviour that depends on the dtype maps to one Deviation per dtype: ``{"fully_masked_rows":
+{"float32": Deviation("mean_values", ...), "float16": Deviation("nan", ...)}}``; each is
+checked, and reported stale, on its own dtype's cases only.
 
 Mask forms (``mask_forms``): the forms of mask the library takes natively (``MASK_FORMS``:
 a 2-D (L, S) mask, a mask with a broadcast dimension of 1, a (B, S) key padding mask beside
@@ -47,11 +50,11 @@ the canonical problem (masks, weight layouts, gradient names) into a library's t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from suite.problem import InputError, Problem
+from suite.problem import DTYPES, InputError, Problem
 
 FEATURES = frozenset({
     "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
@@ -146,6 +149,39 @@ class Deviation:
         return f"{behaviour}={self.policy} ({POLICIES[behaviour][self.policy]}): {self.reason}"
 
 
+# What ``deviations`` maps a behaviour to: one Deviation for every dtype, or a dict
+# dtype -> Deviation when the behaviour depends on the dtype (say, the mean of the values in
+# float32 and NaN in float16, where the library's mask fill overflows); a dtype the dict does
+# not name must give the spec's answer.
+Declaration = Union[Deviation, Mapping[str, Deviation]]
+
+
+def deviations_for(impl: Any, dtype: str) -> Dict[str, Deviation]:
+    """behaviour -> the Deviation ``impl`` declares for runs in ``dtype``."""
+    out = {}
+    for behaviour, decl in dict(getattr(impl, "deviations", {}) or {}).items():
+        if isinstance(decl, Deviation):
+            out[behaviour] = decl
+        elif dtype in decl:
+            out[behaviour] = decl[dtype]
+    return out
+
+
+def declaration_labels(behaviour: str, decl: Declaration) -> List[str]:
+    """How a declaration is named in results and warnings: the behaviour, or one
+    ``behaviour[dtype]`` per dtype of a per-dtype declaration (each judged on its dtype)."""
+    if isinstance(decl, Deviation):
+        return [behaviour]
+    return [f"{behaviour}[{dtype}]" for dtype in decl]
+
+
+def policy_text(decl: Declaration) -> str:
+    """The declared policy in a word: ``nan``, or ``float16=nan,float32=mean_values``."""
+    if isinstance(decl, Deviation):
+        return decl.policy
+    return ",".join(f"{dtype}={d.policy}" for dtype, d in sorted(decl.items()))
+
+
 class Unavailable(RuntimeError):
     """Raised by a plugin's constructor when it cannot run here (the message says why)."""
 
@@ -184,8 +220,9 @@ class Implementation:
     # "torch" (an instance may set it in ``__init__`` when the backend is chosen at run time).
     array_library: ClassVar[str] = ""
     features: ClassVar[FrozenSet[str]] = frozenset()
-    # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES).
-    deviations: ClassVar[Dict[str, Deviation]] = {}
+    # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES);
+    # or behaviour -> {dtype: Deviation} when what it does depends on the dtype.
+    deviations: ClassVar[Dict[str, Declaration]] = {}
     # Where key and value come from (KV_SOURCES): "separate" (two inputs, the default),
     # "shared" (one key/value input, as Hugging Face cross-attention's encoder_hidden_states):
     # such a plugin is given problems with value = key, a case that needs key != value is
@@ -357,6 +394,16 @@ def check_interface(cls: type) -> None:
             raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "
                             f"{behaviour!r}; known: {sorted(POLICIES)}")
         known = sorted(POLICIES[behaviour])
-        if not isinstance(dev, Deviation) or dev.policy not in POLICIES[behaviour]:
-            raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]: expected "
-                            f"Deviation(policy, reason) with policy one of {known}, got {dev!r}")
+        if isinstance(dev, Mapping) and dev:  # per dtype: each key a dtype, each value a policy
+            bad = sorted(set(dev) - set(DTYPES))
+            if bad:
+                raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]: expected dtypes "
+                                f"({', '.join(DTYPES)}) as keys, got {bad}")
+            per = {f"[{dtype!r}]": d for dtype, d in dev.items()}
+        else:
+            per = {"": dev}
+        for where, d in per.items():
+            if not isinstance(d, Deviation) or d.policy not in POLICIES[behaviour]:
+                raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]{where}: expected "
+                                f"Deviation(policy, reason) with policy one of {known} (or a "
+                                f"dict dtype -> Deviation), got {d!r}")

@@ -25,7 +25,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
 from suite.environment import library_versions
-from suite.plugin import Implementation, Unavailable, array_library, check_interface
+from suite.plugin import (
+    Implementation,
+    Unavailable,
+    array_library,
+    check_interface,
+    policy_text,
+)
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
@@ -110,7 +116,7 @@ class Description:
         arrays = array_library(impl)
         return cls(impl.framework, impl.framework_version(), devices,
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
-                   {b: d.policy for b, d in impl.deviations.items()},
+                   {b: policy_text(d) for b, d in impl.deviations.items()},
                    "" if arrays == impl.framework else arrays,
                    getattr(impl, "kv_source", "separate"))
 

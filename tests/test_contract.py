@@ -169,3 +169,65 @@ def test_a_known_failure_glob_warns_of_passes_but_not_of_unsupported_cases(cli, 
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "masking/none] is listed as a known failure but passed" in proc.stdout
     assert "gradients/plain] is listed as a known failure" not in proc.stdout
+
+
+# ------------------------------------------------------------ deviations that depend on dtype
+
+def _fully_masked_outcomes(cls) -> dict:
+    from suite import cases
+    from suite.check import run_case
+
+    case = next(c for c in cases.CASES if c.name == "fully_masked_valid_lens")
+    return {dtype: run_case(cls(), cls.name, "cpu", dtype, case)
+            for dtype in ("float64", "float32", "float16")}
+
+
+def test_a_per_dtype_policy_is_applied_in_its_own_dtype_only():
+    """mean of the values in float64/float32, NaN in float16 (a -1e30 fill that overflows):
+    declared per dtype, each dtype's rows are checked against that dtype's policy."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dtype_policies", PLUGINS / "dtype_policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for cls in (mod.PerDtype, mod.Swapped, mod.OnePolicy):
+        check_interface(cls)
+    right = _fully_masked_outcomes(mod.PerDtype)
+    assert {d: o.outcome for d, o in right.items()} == dict.fromkeys(right, "deviation")
+    assert "fully_masked_rows=nan" in right["float16"].reason
+    assert "fully_masked_rows=mean_values" in right["float32"].reason
+    assert right["float16"].policies_used == ["fully_masked_rows"]
+    # Applied to the wrong dtype, every policy fails its rows.
+    swapped = _fully_masked_outcomes(mod.Swapped)
+    assert {d: o.outcome for d, o in swapped.items()} == dict.fromkeys(swapped, "fail")
+    assert "nor does it follow the declared policy (fully_masked_rows=mean_values" in \
+        swapped["float16"].reason
+    # The single-policy form still holds in every dtype: right in float32, wrong in float16.
+    one = _fully_masked_outcomes(mod.OnePolicy)
+    assert [one[d].outcome for d in ("float32", "float16")] == ["deviation", "fail"]
+
+
+def test_a_dtype_the_declaration_does_not_name_gets_the_spec():
+    from suite.plugin import Deviation, deviations_for
+
+    class Half(NumpyMHA):
+        name = "dtype_policy.half"
+        deviations = {"fully_masked_rows": {"float16": Deviation("nan", "measured")}}
+
+    check_interface(Half)
+    assert deviations_for(Half(), "float16")["fully_masked_rows"].policy == "nan"
+    assert "fully_masked_rows" not in deviations_for(Half(), "float32")
+
+    class Typo(NumpyMHA):
+        name = "dtype_policy.typo"
+        deviations = {"fully_masked_rows": {"fp16": Deviation("nan", "measured")}}
+
+    with pytest.raises(TypeError, match=r"deviations\['fully_masked_rows'\]: expected dtypes"):
+        check_interface(Typo)
+
+    class BadPolicy(NumpyMHA):
+        name = "dtype_policy.bad"
+        deviations = {"fully_masked_rows": {"float16": Deviation("zeroes", "measured")}}
+
+    with pytest.raises(TypeError, match=r"\['fully_masked_rows'\]\['float16'\]"):
+        check_interface(BadPolicy)
