@@ -234,6 +234,11 @@ class Implementation:
     # The sweep's memory prediction: "quadratic" (a (B, H, L, S) score array is live) or
     # "linear" (tiled kernels that never hold one); points predicted not to fit are skipped.
     memory_model: ClassVar[str] = "quadratic"
+    # How the library pairs query heads with kv heads under GQA (KV_GROUPINGS): "grouped"
+    # (the spec: query head h reads kv head h // (H/K)) or "interleaved" (h % K). For
+    # "interleaved" the harness reorders the problem's query heads (W_q, b_q, W_o, per-head
+    # masks) before ``prepare`` and the attention weights and gradients back after ``fetch``.
+    kv_grouping: ClassVar[str] = "grouped"
     # Read by the adapter cores (``implementations.*_common``): whether ``attend`` gets k/v
     # repeated to H heads (True) or the K kv heads as they are (False: native GQA).
     repeat_kv: ClassVar[bool] = True
@@ -299,6 +304,7 @@ class Implementation:
 
 
 KV_SOURCES = ("separate", "shared", "self")
+KV_GROUPINGS = ("grouped", "interleaved")
 MEMORY_MODELS = ("quadratic", "linear")
 # The device of an accelerator kernel (Pallas, Triton) run by its interpreter on the CPU:
 # conformance checks it, sweeps never time it (interpreted times say nothing of the kernel).
@@ -350,11 +356,85 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
 
 def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
          need_weights: bool = False, grad: bool = False) -> Result:
-    """One untimed call: prepare, run, synchronize, fetch."""
-    state = impl.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+    """One untimed call: prepare, run, synchronize, fetch (in the plugin's ``kv_grouping``:
+    the problem's query heads reordered for it, its result back in the canonical order)."""
+    order = query_head_order(impl, problem)
+    state = impl.prepare(grouped_for(impl, problem), device, dtype, need_weights=need_weights,
+                         grad=grad)
     handle = impl.run(state)
     impl.synchronize(state)
-    return impl.fetch(state, handle)
+    result = impl.fetch(state, handle)
+    return result if order is None or not isinstance(result, Result) else \
+        _canonical_heads(result, order, problem)
+
+
+def query_head_order(impl: Any, problem: Problem) -> Optional[np.ndarray]:
+    """For a plugin whose library pairs query head h with kv head h % K (``kv_grouping =
+    "interleaved"``): which canonical query head each of the library's heads must hold, so
+    that it reads the kv head the spec pairs it with (h // (H/K)); None when no reordering
+    is needed (the default grouping, K == H or K == 1, where both groupings agree)."""
+    grouping = getattr(impl, "kv_grouping", "grouped")
+    H, K = problem.H, problem.K
+    if grouping == "grouped" or K in (1, H):
+        return None
+    if grouping != "interleaved":
+        raise ValueError(f"kv_grouping: expected one of {list(KV_GROUPINGS)}, got {grouping!r}")
+    heads = np.arange(H)
+    # The library's head h reads kv head h % K; canonical head g reads kv head g // (H/K):
+    # give it canonical head (h % K) * (H/K) + h // K, which reads kv head h % K.
+    return (heads % K) * (H // K) + heads // K
+
+
+def grouped_for(impl: Any, problem: Problem) -> Problem:
+    """``problem`` with its query heads in the order ``impl``'s kv grouping needs: the
+    columns of W_q and b_q, the rows of W_o and any per-head mask or bias reordered (the
+    output is the same; the weights and gradients come back with ``_canonical_heads``)."""
+    order = query_head_order(impl, problem)
+    if order is None:
+        return problem
+    w, (E, H, D) = problem.weights, (problem.E, problem.H, problem.D)
+
+    def heads_last(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
+        return None if a is None else np.take(a.reshape(shape), order, axis=axis).reshape(a.shape)
+
+    weights = dataclasses.replace(
+        w, w_q=heads_last(w.w_q, (E, H, D), 1),  # (E, H*D) by head blocks
+        b_q=heads_last(w.b_q, (H, D), 0), w_o=heads_last(w.w_o, (H, D, E), 0))  # (H*D, E)
+
+    def per_head(a: Optional[np.ndarray]) -> Optional[np.ndarray]:  # (..., H|1, L, S)
+        return a if a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1 else \
+            np.take(a, order, axis=-3)
+
+    mask = dataclasses.replace(problem.mask, allowed=per_head(problem.mask.allowed),
+                               bias=per_head(problem.mask.bias))
+    return dataclasses.replace(problem, weights=weights, mask=mask)
+
+
+def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Result:
+    """A result of the reordered problem (``grouped_for``) in the canonical head order:
+    attention weights (B, H, L, S) and the gradients of W_q, b_q and W_o."""
+    E, H, D = problem.E, problem.H, problem.D
+
+    def back(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
+        if a is None or np.size(a) != np.prod(shape):  # a wrong shape is the judge's to see
+            return a
+        out = np.empty(shape, dtype=np.asarray(a).dtype)
+        idx = [slice(None)] * len(shape)
+        idx[axis] = order
+        out[tuple(idx)] = np.asarray(a).reshape(shape)  # library head h holds canonical order[h]
+        return out.reshape(np.shape(a))
+
+    weights = result.attn_weights
+    if weights is not None and np.ndim(weights) == 4 and np.shape(weights)[1] == H:
+        weights = back(weights, np.shape(weights), 1)
+    grads = result.grads
+    if grads:
+        grads = dict(grads)
+        for name, shape, axis in (("w_q", (E, H, D), 1), ("b_q", (H, D), 0),
+                                  ("w_o", (H, D, E), 0)):
+            if grads.get(name) is not None:
+                grads[name] = back(grads[name], shape, axis)
+    return dataclasses.replace(result, attn_weights=weights, grads=grads)
 
 
 REQUIRED = ("prepare", "run", "fetch")
@@ -368,7 +448,8 @@ def check_interface(cls: type) -> None:
                or getattr(cls, m) is getattr(Implementation, m, None)]
     if missing:
         raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
-    for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS)):
+    for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS),
+                          ("kv_grouping", KV_GROUPINGS)):
         value = getattr(cls, attr, getattr(Implementation, attr))
         if value not in allowed:
             raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "

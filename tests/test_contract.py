@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from implementations.numpy_mha import NumpyMHA
@@ -231,3 +232,72 @@ def test_a_dtype_the_declaration_does_not_name_gets_the_spec():
 
     with pytest.raises(TypeError, match=r"\['fully_masked_rows'\]\['float16'\]"):
         check_interface(BadPolicy)
+
+
+# ------------------------------------------------------------------------- kv head grouping
+
+def _grouping_plugins():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kv_grouping", PLUGINS / "kv_grouping.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case_name", ["gqa", "gqa_groups_of_2", "mqa"])
+def test_a_declared_interleaved_grouping_is_handled_by_the_harness(case_name):
+    """Query head h reading kv head h % K: declared, the GQA cases pass (weights included);
+    undeclared, they fail wherever h // (H/K) and h % K differ (not with one kv head)."""
+    from suite import cases
+    from suite.check import run_case
+
+    mod = _grouping_plugins()
+    case = next(c for c in cases.CASES if c.name == case_name)
+    right = run_case(mod.Interleaved(), "grouping.interleaved", "cpu", "float64", case)
+    assert right.outcome == "pass", right.reason
+    assert [c.what for c in right.comparisons] == ["output", "weights"]
+    wrong = run_case(mod.Undeclared(), "grouping.undeclared", "cpu", "float64", case)
+    assert wrong.outcome == ("pass" if case_name == "mqa" else "fail"), wrong.reason
+
+
+def test_interleaved_grouping_gradients_come_back_in_the_canonical_order():
+    pytest.importorskip("torch")
+    from suite import cases
+    from suite.oracle_grad import grads as oracle_grads
+    from suite.plugin import call
+
+    mod = _grouping_plugins()
+    # H = 8, K = 2: the reordering is not its own inverse (with H = 4 it would be)
+    p = next(c for c in cases.CASES if c.name == "gqa").problem()
+    got = call(mod.TorchInterleaved(), p, "cpu", "float64", need_weights=True, grad=True)
+    want = oracle_grads(p)
+    for name in ("w_q", "b_q", "w_o", "query", "key"):
+        np.testing.assert_allclose(got.grads[name], want[name], rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+    undeclared = type("Undeclared", (mod.TorchInterleaved,), {"kv_grouping": "grouped"})
+    bad = call(undeclared(), p, "cpu", "float64", grad=True)
+    assert not np.allclose(bad.grads["w_q"], want["w_q"])
+
+
+def test_kv_grouping_is_checked_at_load():
+    class Typo(NumpyMHA):
+        name = "grouping.typo"
+        kv_grouping = "modulo"
+
+    with pytest.raises(TypeError, match="kv_grouping: expected one of"):
+        check_interface(Typo)
+
+
+def test_the_hypothesis_family_catches_a_wrong_grouping(cli, tmp_path):
+    """Its draws alone passed the undeclared interleaved library (25 derandomised examples
+    never paired heads differently); its GQA example fails it and passes the declared one."""
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "kv_grouping.py"), "--impl",
+               "grouping.interleaved", "--impl", "grouping.undeclared", "--dtype", "float64",
+               "--workers", "0", "-k", "hypothesis", "--json", str(out), "--no-progress")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    outcomes = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert outcomes["grouping.interleaved"]["outcome"] == "pass"
+    assert outcomes["grouping.undeclared"]["outcome"] == "fail"
+    assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]
