@@ -262,6 +262,9 @@ def pick_baseline_impl(ok: pd.DataFrame, wanted: Optional[str]) -> Optional[str]
     return names[0] if names else None
 
 
+NOISY_MARK = "(noisy)"  # a ranking entry whose point's rounds spread too widely
+
+
 def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     """Per point: implementations fastest first, each with its speed-up over the baseline.
 
@@ -272,7 +275,10 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     keys = [k for k in RANK_KEYS if k in ("mask", "H", "L") or ok[k].nunique() > 1]
-    med = ok.groupby([*keys, "impl"], dropna=False)["median_s"].median().reset_index()
+    # a point whose rounds spread too widely for these ratios is marked (suite.timing.spread)
+    noisy = ok["noisy"].notna() if "noisy" in ok else pd.Series(False, index=ok.index)
+    med = ok.assign(noisy=noisy).groupby([*keys, "impl"], dropna=False).agg(
+        median_s=("median_s", "median"), noisy=("noisy", "any")).reset_index()
     base = med[med["impl"] == baseline_impl].set_index(keys)["median_s"]
     column = ("fastest first, speed-up over " + baseline_impl) if baseline_impl else \
         "fastest first"
@@ -285,7 +291,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
         entries = []
         for i, r in enumerate(g.sort_values("median_s").itertuples(index=False), 1):
             speed = f"\u00a0{ref / r.median_s:.2f}×" if np.isfinite(ref) else ""
-            entries.append(f"{i}\u00a0{r.impl}{speed}")
+            entries.append(f"{i}\u00a0{r.impl}{speed}" + (f"\u00a0{NOISY_MARK}" if r.noisy else ""))
         row[column] = "\u00a0· ".join(entries)  # a line never starts with the separator
         rows.append(row)
     return pd.DataFrame(rows)[[*keys, "fastest (ms)", column]]
