@@ -41,7 +41,7 @@ library takes them (nothing the library broadcasts is materialised), from
 ``suite.adapters.form_mask(problem, ...)``. The default declares none: the family reports
 unsupported and every other case runs the plugin's usual translation.
 
-The other attributes and hooks (``array_library``, ``kv_source``, ``memory_model``,
+The other attributes and hooks (``array_library``, ``kv_source``, ``kv_grouping``, ``memory_model``,
 ``repeat_kv``, ``replaces_builtin``, ``repro_code``, ``after_prepare``) are declared on
 ``Implementation`` with their defaults and what reads them; ``suite.adapters`` translates
 the canonical problem (masks, weight layouts, gradient names) into a library's terms.
