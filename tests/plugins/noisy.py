@@ -15,10 +15,3 @@ class Noisy(NumpyMHA):
         time.sleep(next(self._turn))
         return super().run(state)
 
-
-class Steady(NumpyMHA):
-    name = "noisy.steady"
-
-    def run(self, state):
-        time.sleep(0.01)  # the sleep dominates the rounds: a spread of a few percent
-        return super().run(state)
