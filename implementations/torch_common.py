@@ -160,7 +160,8 @@ class TorchModuleCore(TorchCore):
     submodules named in ``layers`` (override ``load_weights``/``weight_grads`` for others).
 
     The mask reaches ``call`` as ``suite.adapters.MaskParts`` split with ``mask_split``
-    (default: everything in one per-head boolean ``mask``, True = attend), its arrays as
+    (default: everything in one per-head boolean ``mask``, True = attend; per problem:
+    ``mask_split_for``), its arrays as
     tensors on the device (``bias`` in the compute dtype).
     """
 
@@ -168,6 +169,12 @@ class TorchModuleCore(TorchCore):
     layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
     mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,
                                   "native_causal": (), "per_head": True}
+
+    def mask_split_for(self, problem: Problem) -> Dict[str, Any]:
+        """``split_mask``'s arguments for ``problem`` (default: the class's ``mask_split``).
+        Override for a library whose conventions change with the problem, e.g. a causal
+        flag it honours only when no other mask is passed."""
+        return self.mask_split
 
     def build(self, problem: Problem) -> torch.nn.Module:
         """The module for ``problem`` (its sizes; weights are loaded afterwards)."""
@@ -207,7 +214,7 @@ class TorchModuleCore(TorchCore):
             x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
             return x.requires_grad_(True) if grad else x
 
-        parts = adapters.split_mask(p, **self.mask_split)
+        parts = adapters.split_mask(p, **self.mask_split_for(p))
         mask = dataclasses.replace(parts, **{
             n: None if a is None else torch.as_tensor(
                 np.ascontiguousarray(a), device=dev, dtype=t if n == "bias" else None)

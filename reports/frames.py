@@ -28,7 +28,7 @@ SWEEP_COLUMNS = [
     "device", "dtype", "B", "H", "K", "L", "S", "E", "D", "mask", "grad",
     "median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "rounds",
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
-    "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason"]
+    "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason", "noisy"]
 CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version", "device",
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",

@@ -114,12 +114,12 @@ def implementations(docs: List[Document], styles: Optional[Dict[str, Style]] = N
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
                 "left": dict(i.get("left_to_check") or {}),
-                "policies": sorted(set(i.get("deviations") or {})
+                "policies": sorted(set(_labels(i.get("deviations") or {}))
                                    - set(i.get("stale_deviations") or [])),
                 "deviations": sorted(
-                    (b, _declared(d) + (" (stale: no case needed it)"
-                                        if b in (i.get("stale_deviations") or []) else ""))
-                    for b, d in (i.get("deviations") or {}).items())}
+                    (label, _declared(d) + (" (stale: no case needed it)"
+                                            if label in (i.get("stale_deviations") or []) else ""))
+                    for label, d in _labels(i.get("deviations") or {}).items())}
     fams = styles_or_own(styles, [(n, r["framework"]) for n, r in seen.items()])
     order = {f: i for i, f in enumerate(family_order(s.family for s in fams.values()))}
     for r in seen.values():
@@ -135,6 +135,19 @@ def styles_or_own(styles: Optional[Dict[str, Style]], pairs: List[Any]) -> Dict[
     if styles is not None and names <= set(styles):
         return styles
     return assign(impl_families(pairs))
+
+
+def _labels(deviations: Dict[str, Any]) -> Dict[str, Any]:
+    """label -> {policy, reason}: the behaviour, or ``behaviour[dtype]`` for each dtype of a
+    declaration that depends on the dtype (stored as dtype -> {policy, reason})."""
+    out = {}
+    for b, d in deviations.items():
+        if isinstance(d, dict) and "policy" not in d and all(isinstance(v, dict)
+                                                             for v in d.values()):
+            out.update({f"{b}[{dtype}]": v for dtype, v in d.items()})
+        else:
+            out[b] = d
+    return out
 
 
 def _declared(d: Any) -> str:
@@ -250,6 +263,9 @@ def pick_baseline_impl(ok: pd.DataFrame, wanted: Optional[str]) -> Optional[str]
     return names[0] if names else None
 
 
+NOISY_MARK = "(noisy)"  # a ranking entry whose point's rounds spread too widely
+
+
 def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     """Per point: implementations fastest first, each with its speed-up over the baseline.
 
@@ -260,7 +276,10 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     keys = [k for k in RANK_KEYS if k in ("mask", "H", "L") or ok[k].nunique() > 1]
-    med = ok.groupby([*keys, "impl"], dropna=False)["median_s"].median().reset_index()
+    # a point whose rounds spread too widely for these ratios is marked (suite.timing.spread)
+    noisy = ok["noisy"].notna() if "noisy" in ok else pd.Series(False, index=ok.index)
+    med = ok.assign(noisy=noisy).groupby([*keys, "impl"], dropna=False).agg(
+        median_s=("median_s", "median"), noisy=("noisy", "any")).reset_index()
     base = med[med["impl"] == baseline_impl].set_index(keys)["median_s"]
     column = ("fastest first, speed-up over " + baseline_impl) if baseline_impl else \
         "fastest first"
@@ -273,7 +292,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
         entries = []
         for i, r in enumerate(g.sort_values("median_s").itertuples(index=False), 1):
             speed = f"\u00a0{ref / r.median_s:.2f}×" if np.isfinite(ref) else ""
-            entries.append(f"{i}\u00a0{r.impl}{speed}")
+            entries.append(f"{i}\u00a0{r.impl}{speed}" + (f"\u00a0{NOISY_MARK}" if r.noisy else ""))
         row[column] = "\u00a0· ".join(entries)  # a line never starts with the separator
         rows.append(row)
     return pd.DataFrame(rows)[[*keys, "fastest (ms)", column]]

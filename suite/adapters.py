@@ -160,6 +160,18 @@ def mask_heads(mask: Mask, H: int) -> int:
     return 1 if head_free else H
 
 
+def native_alignment(mask: Mask, L: int, S: int, native_causal: Sequence[str]
+                     ) -> Optional[str]:
+    """The library's causal flag (one of ``native_causal``) that expresses ``mask``'s causal
+    part for L queries and S keys, else None: its own alignment, or, when L == S (top left
+    and bottom right then mask the same keys), the first flag the library has."""
+    if not mask.causal:
+        return None
+    if mask.causal_align in native_causal:
+        return mask.causal_align
+    return native_causal[0] if L == S and native_causal else None
+
+
 def split_mask(problem: Problem, *, true_means: str = "attend", key_padding: bool = True,
                native_causal: Sequence[str] = ("top_left",), per_head: bool = True
                ) -> MaskParts:
@@ -170,7 +182,8 @@ def split_mask(problem: Problem, *, true_means: str = "attend", key_padding: boo
     key_padding: put ``valid_lens`` of shape (B,) in ``key_padding`` (B, S); per-query
         lengths (B, L) are not key padding and always go into ``mask``.
     native_causal: the causal alignments the library has a flag for; causal masks of another
-        alignment are folded into ``mask``.
+        alignment are folded into ``mask`` (when Lq == Lk the two alignments are one mask,
+        so either flag serves).
     per_head: ``mask``/``bias`` as (B, H|1, L, S); False: head-free (B, L, S), and a mask
         that varies over heads raises ``Unsupported`` (the library cannot express it).
     """
@@ -191,9 +204,8 @@ def split_mask(problem: Problem, *, true_means: str = "attend", key_padding: boo
         keep = np.arange(S)[None, :] < np.asarray(m.valid_lens)[:, None]  # (B, S)
         parts["key_padding"] = keep if true_means == "attend" else ~keep
         rest = dataclasses.replace(rest, valid_lens=None)
-    causal = None
-    if m.causal and m.causal_align in native_causal:
-        causal = m.causal_align
+    causal = native_alignment(m, L, S, native_causal)
+    if causal is not None:
         rest = dataclasses.replace(rest, causal=False)
     if rest.valid_lens is not None or rest.causal or rest.allowed is not None:
         allowed = rest.dense_allowed(B, heads, L, S)  # (B, H|1, L, S), True = attend

@@ -22,7 +22,15 @@ from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.cases import Case
 from suite.outputs import check_output
-from suite.plugin import Implementation, Result, Unsupported, call, expressible
+from suite.plugin import (
+    Deviation,
+    Implementation,
+    Result,
+    Unsupported,
+    call,
+    deviations_for,
+    expressible,
+)
 from suite.problem import Problem
 
 FAILED = ("fail", "error", "flaky")
@@ -220,8 +228,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     failed = [c for c in out.comparisons if not c.passed]
     if not failed:
         return out.classify("pass", out.reason)
-    declared: Dict[str, object] = {b: impl.deviations[b] for b in behaviours(p)
-                                   if b in getattr(impl, "deviations", {})}
+    policies = deviations_for(impl, dtype)  # a per-dtype declaration holds in its dtype only
+    declared: Dict[str, Deviation] = {b: policies[b] for b in behaviours(p) if b in policies}
     spec = "; ".join(c.describe() for c in failed) + _where(failed[0], res, p)
     if not declared:
         return out.classify("fail", spec)

@@ -226,6 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
                                  sample=not args.full,
                                  impl=list(args.impl), plugin=list(args.plugin),
+                                 progress=args.progress,
                                  device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)

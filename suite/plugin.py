@@ -28,6 +28,9 @@ Deviations are checked policies, not excuses: ``deviations = {"fully_masked_rows
 Deviation("nan", "measured reason")}`` says what the plugin does where it differs from the
 spec, and the conformance run checks that the affected rows do exactly that and that
 every other row passes the agreement rule (``POLICIES`` lists the behaviours and policies).
+A behaviour that depends on the dtype maps to one Deviation per dtype: ``{"fully_masked_rows":
+{"float32": Deviation("mean_values", ...), "float16": Deviation("nan", ...)}}``; each is
+checked, and reported stale, on its own dtype's cases only.
 
 Mask forms (``mask_forms``): the forms of mask the library takes natively (``MASK_FORMS``:
 a 2-D (L, S) mask, a mask with a broadcast dimension of 1, a (B, S) key padding mask beside
@@ -38,7 +41,7 @@ library takes them (nothing the library broadcasts is materialised), from
 ``suite.adapters.form_mask(problem, ...)``. The default declares none: the family reports
 unsupported and every other case runs the plugin's usual translation.
 
-The other attributes and hooks (``array_library``, ``kv_source``, ``memory_model``,
+The other attributes and hooks (``array_library``, ``kv_source``, ``kv_grouping``, ``memory_model``,
 ``repeat_kv``, ``replaces_builtin``, ``repro_code``, ``after_prepare``) are declared on
 ``Implementation`` with their defaults and what reads them; ``suite.adapters`` translates
 the canonical problem (masks, weight layouts, gradient names) into a library's terms.
@@ -47,11 +50,11 @@ the canonical problem (masks, weight layouts, gradient names) into a library's t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from suite.problem import InputError, Problem
+from suite.problem import DTYPES, InputError, Problem
 
 FEATURES = frozenset({
     "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
@@ -146,6 +149,39 @@ class Deviation:
         return f"{behaviour}={self.policy} ({POLICIES[behaviour][self.policy]}): {self.reason}"
 
 
+# What ``deviations`` maps a behaviour to: one Deviation for every dtype, or a dict
+# dtype -> Deviation when the behaviour depends on the dtype (say, the mean of the values in
+# float32 and NaN in float16, where the library's mask fill overflows); a dtype the dict does
+# not name must give the spec's answer.
+Declaration = Union[Deviation, Mapping[str, Deviation]]
+
+
+def deviations_for(impl: Any, dtype: str) -> Dict[str, Deviation]:
+    """behaviour -> the Deviation ``impl`` declares for runs in ``dtype``."""
+    out = {}
+    for behaviour, decl in dict(getattr(impl, "deviations", {}) or {}).items():
+        if isinstance(decl, Deviation):
+            out[behaviour] = decl
+        elif dtype in decl:
+            out[behaviour] = decl[dtype]
+    return out
+
+
+def declaration_labels(behaviour: str, decl: Declaration) -> List[str]:
+    """How a declaration is named in results and warnings: the behaviour, or one
+    ``behaviour[dtype]`` per dtype of a per-dtype declaration (each judged on its dtype)."""
+    if isinstance(decl, Deviation):
+        return [behaviour]
+    return [f"{behaviour}[{dtype}]" for dtype in decl]
+
+
+def policy_text(decl: Declaration) -> str:
+    """The declared policy in a word: ``nan``, or ``float16=nan,float32=mean_values``."""
+    if isinstance(decl, Deviation):
+        return decl.policy
+    return ",".join(f"{dtype}={d.policy}" for dtype, d in sorted(decl.items()))
+
+
 class Unavailable(RuntimeError):
     """Raised by a plugin's constructor when it cannot run here (the message says why)."""
 
@@ -184,8 +220,9 @@ class Implementation:
     # "torch" (an instance may set it in ``__init__`` when the backend is chosen at run time).
     array_library: ClassVar[str] = ""
     features: ClassVar[FrozenSet[str]] = frozenset()
-    # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES).
-    deviations: ClassVar[Dict[str, Deviation]] = {}
+    # behaviour -> Deviation(policy, reason), for behaviours the library differs on (POLICIES);
+    # or behaviour -> {dtype: Deviation} when what it does depends on the dtype.
+    deviations: ClassVar[Dict[str, Declaration]] = {}
     # Where key and value come from (KV_SOURCES): "separate" (two inputs, the default),
     # "shared" (one key/value input, as Hugging Face cross-attention's encoder_hidden_states):
     # such a plugin is given problems with value = key, a case that needs key != value is
@@ -197,6 +234,11 @@ class Implementation:
     # The sweep's memory prediction: "quadratic" (a (B, H, L, S) score array is live) or
     # "linear" (tiled kernels that never hold one); points predicted not to fit are skipped.
     memory_model: ClassVar[str] = "quadratic"
+    # How the library pairs query heads with kv heads under GQA (KV_GROUPINGS): "grouped"
+    # (the spec: query head h reads kv head h // (H/K)) or "interleaved" (h % K). For
+    # "interleaved" the harness reorders the problem's query heads (W_q, b_q, W_o, per-head
+    # masks) before ``prepare`` and the attention weights and gradients back after ``fetch``.
+    kv_grouping: ClassVar[str] = "grouped"
     # Read by the adapter cores (``implementations.*_common``): whether ``attend`` gets k/v
     # repeated to H heads (True) or the K kv heads as they are (False: native GQA).
     repeat_kv: ClassVar[bool] = True
@@ -266,6 +308,7 @@ class Implementation:
 
 
 KV_SOURCES = ("separate", "shared", "self")
+KV_GROUPINGS = ("grouped", "interleaved")
 MEMORY_MODELS = ("quadratic", "linear")
 # The device of an accelerator kernel (Pallas, Triton) run by its interpreter on the CPU:
 # conformance checks it, sweeps never time it (interpreted times say nothing of the kernel).
@@ -317,11 +360,85 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
 
 def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
          need_weights: bool = False, grad: bool = False) -> Result:
-    """One untimed call: prepare, run, synchronize, fetch."""
-    state = impl.prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+    """One untimed call: prepare, run, synchronize, fetch (in the plugin's ``kv_grouping``:
+    the problem's query heads reordered for it, its result back in the canonical order)."""
+    order = query_head_order(impl, problem)
+    state = impl.prepare(grouped_for(impl, problem), device, dtype, need_weights=need_weights,
+                         grad=grad)
     handle = impl.run(state)
     impl.synchronize(state)
-    return impl.fetch(state, handle)
+    result = impl.fetch(state, handle)
+    return result if order is None or not isinstance(result, Result) else \
+        _canonical_heads(result, order, problem)
+
+
+def query_head_order(impl: Any, problem: Problem) -> Optional[np.ndarray]:
+    """For a plugin whose library pairs query head h with kv head h % K (``kv_grouping =
+    "interleaved"``): which canonical query head each of the library's heads must hold, so
+    that it reads the kv head the spec pairs it with (h // (H/K)); None when no reordering
+    is needed (the default grouping, K == H or K == 1, where both groupings agree)."""
+    grouping = getattr(impl, "kv_grouping", "grouped")
+    H, K = problem.H, problem.K
+    if grouping == "grouped" or K in (1, H):
+        return None
+    if grouping != "interleaved":
+        raise ValueError(f"kv_grouping: expected one of {list(KV_GROUPINGS)}, got {grouping!r}")
+    heads = np.arange(H)
+    # The library's head h reads kv head h % K; canonical head g reads kv head g // (H/K):
+    # give it canonical head (h % K) * (H/K) + h // K, which reads kv head h % K.
+    return (heads % K) * (H // K) + heads // K
+
+
+def grouped_for(impl: Any, problem: Problem) -> Problem:
+    """``problem`` with its query heads in the order ``impl``'s kv grouping needs: the
+    columns of W_q and b_q, the rows of W_o and any per-head mask or bias reordered (the
+    output is the same; the weights and gradients come back with ``_canonical_heads``)."""
+    order = query_head_order(impl, problem)
+    if order is None:
+        return problem
+    w, (E, H, D) = problem.weights, (problem.E, problem.H, problem.D)
+
+    def heads_last(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
+        return None if a is None else np.take(a.reshape(shape), order, axis=axis).reshape(a.shape)
+
+    weights = dataclasses.replace(
+        w, w_q=heads_last(w.w_q, (E, H, D), 1),  # (E, H*D) by head blocks
+        b_q=heads_last(w.b_q, (H, D), 0), w_o=heads_last(w.w_o, (H, D, E), 0))  # (H*D, E)
+
+    def per_head(a: Optional[np.ndarray]) -> Optional[np.ndarray]:  # (..., H|1, L, S)
+        return a if a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1 else \
+            np.take(a, order, axis=-3)
+
+    mask = dataclasses.replace(problem.mask, allowed=per_head(problem.mask.allowed),
+                               bias=per_head(problem.mask.bias))
+    return dataclasses.replace(problem, weights=weights, mask=mask)
+
+
+def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Result:
+    """A result of the reordered problem (``grouped_for``) in the canonical head order:
+    attention weights (B, H, L, S) and the gradients of W_q, b_q and W_o."""
+    E, H, D = problem.E, problem.H, problem.D
+
+    def back(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
+        if a is None or np.size(a) != np.prod(shape):  # a wrong shape is the judge's to see
+            return a
+        out = np.empty(shape, dtype=np.asarray(a).dtype)
+        idx = [slice(None)] * len(shape)
+        idx[axis] = order
+        out[tuple(idx)] = np.asarray(a).reshape(shape)  # library head h holds canonical order[h]
+        return out.reshape(np.shape(a))
+
+    weights = result.attn_weights
+    if weights is not None and np.ndim(weights) == 4 and np.shape(weights)[1] == H:
+        weights = back(weights, np.shape(weights), 1)
+    grads = result.grads
+    if grads:
+        grads = dict(grads)
+        for name, shape, axis in (("w_q", (E, H, D), 1), ("b_q", (H, D), 0),
+                                  ("w_o", (H, D, E), 0)):
+            if grads.get(name) is not None:
+                grads[name] = back(grads[name], shape, axis)
+    return dataclasses.replace(result, attn_weights=weights, grads=grads)
 
 
 REQUIRED = ("prepare", "run", "fetch")
@@ -335,7 +452,8 @@ def check_interface(cls: type) -> None:
                or getattr(cls, m) is getattr(Implementation, m, None)]
     if missing:
         raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
-    for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS)):
+    for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS),
+                          ("kv_grouping", KV_GROUPINGS)):
         value = getattr(cls, attr, getattr(Implementation, attr))
         if value not in allowed:
             raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "
@@ -361,6 +479,16 @@ def check_interface(cls: type) -> None:
             raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "
                             f"{behaviour!r}; known: {sorted(POLICIES)}")
         known = sorted(POLICIES[behaviour])
-        if not isinstance(dev, Deviation) or dev.policy not in POLICIES[behaviour]:
-            raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]: expected "
-                            f"Deviation(policy, reason) with policy one of {known}, got {dev!r}")
+        if isinstance(dev, Mapping) and dev:  # per dtype: each key a dtype, each value a policy
+            bad = sorted(set(dev) - set(DTYPES))
+            if bad:
+                raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]: expected dtypes "
+                                f"({', '.join(DTYPES)}) as keys, got {bad}")
+            per = {f"[{dtype!r}]": d for dtype, d in dev.items()}
+        else:
+            per = {"": dev}
+        for where, d in per.items():
+            if not isinstance(d, Deviation) or d.policy not in POLICIES[behaviour]:
+                raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]{where}: expected "
+                                f"Deviation(policy, reason) with policy one of {known} (or a "
+                                f"dict dtype -> Deviation), got {d!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -25,7 +26,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
 from suite.environment import library_versions
-from suite.plugin import Implementation, Unavailable, array_library, check_interface
+from suite.plugin import (
+    Implementation,
+    Unavailable,
+    array_library,
+    check_interface,
+    policy_text,
+)
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
@@ -110,7 +117,7 @@ class Description:
         arrays = array_library(impl)
         return cls(impl.framework, impl.framework_version(), devices,
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
-                   {b: d.policy for b, d in impl.deviations.items()},
+                   {b: policy_text(d) for b, d in impl.deviations.items()},
                    "" if arrays == impl.framework else arrays,
                    getattr(impl, "kv_source", "separate"))
 
@@ -245,6 +252,68 @@ def _load_builtin(spec: str, name: str) -> Implementation:
     raise Unavailable(f"{spec} no longer provides {name!r}")
 
 
+def _plugin_file(spec: str) -> Optional[Path]:
+    """The file of a ``path/to/file.py[:attr]`` spec (None for a ``module:attr`` spec)."""
+    target = spec.partition(":")[0] if not _is_windows_drive(spec) else spec  # as _load_object
+    if not (target.endswith(".py") or os.sep in target or "/" in target):
+        return None
+    path = Path(target)
+    return path if path.is_file() else None
+
+
+def _file_digest(spec: str) -> Optional[str]:
+    path = _plugin_file(spec)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+
+
+def _plugin_cache_name(spec: str) -> Optional[str]:
+    """The ``suite.cache`` name of a plugin file's descriptions (None: not a file spec).
+    Keyed like the built-ins' (library versions, the suite's sources, the environment
+    variables that choose a backend) and by the file's path; its content is checked on
+    reading, so an edited plugin is probed again."""
+    path = _plugin_file(spec)
+    if path is None:
+        return None
+    attr = spec.partition(":")[2] if not _is_windows_drive(spec) else ""
+    where = hashlib.sha256(f"{path.resolve()}:{attr}".encode()).hexdigest()
+    return f"plugin-{where[:16]}-{descriptions_cache_name()}"
+
+
+def _cached_plugin(cache_name: str, spec: str) -> Optional[List[Dict[str, Any]]]:
+    """The cached records of plugin file ``spec`` when its content is unchanged, else None."""
+    cached = cache.load(cache_name)
+    spec_records = cached.get("records") if isinstance(cached, dict) else None
+    if not spec_records or not isinstance(spec_records, list) \
+            or cached.get("content") != _file_digest(spec):
+        return None
+    try:
+        for r in spec_records:
+            Description(**r["description"])
+            bool(r["replaces_builtin"])
+            if not isinstance(r["name"], str):
+                return None
+    except (KeyError, TypeError):
+        return None
+    return spec_records
+
+
+_PLUGIN_CLASSES: Dict[str, List[type]] = {}
+
+
+def _load_plugin(spec: str, name: str) -> Implementation:
+    """Import (once per process) and construct the class ``name`` of a plugin file described
+    from the cache."""
+    if spec not in _PLUGIN_CLASSES:
+        _PLUGIN_CLASSES[spec] = _classes_in(_load_object(spec))
+    for cls in _PLUGIN_CLASSES[spec]:
+        if _name_of(cls) == name:
+            check_interface(cls)
+            impl = cls()
+            check_instance(impl)
+            return impl
+    raise Unavailable(f"{spec} no longer provides {name!r}")
+
+
 def _builtin_record(e: Entry, spec: str) -> Dict[str, Any]:
     desc = e.description
     return {"name": e.name, "spec": spec, "error": e.error,
@@ -368,20 +437,48 @@ class Registry:
         A class named like a built-in is refused unless the built-in's name is in
         ``replace`` (``--replace-builtin NAME``) or the class sets ``replaces_builtin``.
         """
+        cache_name = _plugin_cache_name(spec)
+        cached = _cached_plugin(cache_name, spec) if cache_name else None
+        if cached is not None:  # described from the cache: imported on first use
+            self._refuse_builtin_names(spec, [(r["name"], r["replaces_builtin"])
+                                              for r in cached], replace)
+            return [self._describe_plugin(r, spec, clobber) for r in cached]
         classes = _classes_in(_load_object(spec))
         if not classes:
             raise PluginError(f"--plugin {spec}: no implementation class found "
                               "(a class with a 'name' and a 'run' method)")
+        self._refuse_builtin_names(spec, [(_name_of(c), getattr(c, "replaces_builtin", False))
+                                          for c in classes], replace)
+        entries = [self.register(c, f"plugin {spec}", clobber=clobber) for c in classes]
+        if cache_name:
+            records = [{**_builtin_record(e, spec),
+                        "replaces_builtin": bool(getattr(c, "replaces_builtin", False))}
+                       for e, c in zip(entries, classes)]
+            # Only what holds in another process is kept: every class available.
+            if all(r["description"] is not None and not transient(r) for r in records):
+                cache.store(cache_name, {"content": _file_digest(spec), "records": records})
+        return entries
+
+    def _refuse_builtin_names(self, spec: str, names: List[Tuple[str, bool]],
+                              replace: Iterable[str]) -> None:
         replace = set(replace)
-        for c in classes:
-            name = _name_of(c)
+        for name, replaces in names:
             old = self._entries.get(name)
             if old is not None and old.source == "builtin" and name not in replace \
-                    and not getattr(c, "replaces_builtin", False):
+                    and not replaces:
                 raise PluginError(f"--plugin {spec}: {name!r} is a built-in's name; rename "
                                   f"the class, or replace the built-in on purpose with "
                                   f"--replace-builtin {name}")
-        return [self.register(c, f"plugin {spec}", clobber=clobber) for c in classes]
+
+    def _describe_plugin(self, record: Dict[str, Any], spec: str, clobber: bool) -> Entry:
+        name = record["name"]
+        if name in self._entries and not clobber:
+            raise ValueError(f"implementation {name!r} is already registered "
+                             f"(from {self._entries[name].source}); pass clobber=True to replace")
+        entry = Entry(name, f"plugin {spec}", loader=functools.partial(_load_plugin, spec, name),
+                      description=Description(**record["description"]))
+        self._entries[name] = entry
+        return entry
 
     def load_builtins(self) -> None:
         """The built-ins, described from the cache without importing their frameworks when

@@ -120,6 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=POINT_TIMEOUT_S, metavar="SECONDS",
                    help="a point taking longer is recorded as a timeout and the sweep goes on "
                         f"(pytest-timeout; default {POINT_TIMEOUT_S:.0f}, 0 = none)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar with an ETA (default: when stderr is a terminal)")
     p.add_argument("--stop-after", dest="stop_after", type=int, default=None,
                    help=argparse.SUPPRESS)  # tests: stop as if interrupted after N points
 
@@ -238,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     out = results_path(args)  # existing points are kept; a point measured again replaces its own
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
                 memory_budget_gb=args.memory_budget, stop_after=args.stop_after,
-                shard=args.shard, sample=bool(getattr(args, "sample", False)))
+                shard=args.shard, sample=bool(getattr(args, "sample", False)),
+                progress=sys.stderr.isatty() if args.progress is None else args.progress)
     # The device option filters the devices an implementation offers; the grid's points
     # name the device prefixes, so the selection's devices stay empty here.
     session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))

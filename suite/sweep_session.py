@@ -107,6 +107,8 @@ class SweepSession:
         start = time.perf_counter()
         self.run_info = records.run_info(config)
         self.peak_s = time.perf_counter() - start
+        if not self.spec.get("progress", True):  # --no-progress: plain lines only
+            return
         from suite.progress import progress_bar
 
         self.progress = progress_bar("sweep")
@@ -185,9 +187,12 @@ class SweepSession:
     # -- the points ------------------------------------------------------------------------
 
     def note(self, line: str) -> None:
-        """A line above the progress bar."""
+        """A line above the progress bar, as written: names such as ``torch.sdpa[flash]`` hold
+        brackets that rich would read as markup and drop."""
         if self.progress is not None:
-            self.progress.console.print(line, highlight=False)
+            from rich.markup import escape
+
+            self.progress.console.print(escape(line), highlight=False)
         else:
             print(line)
 

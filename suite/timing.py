@@ -40,6 +40,35 @@ def flops(point: Point) -> Dict[str, float]:
 PEDANTIC_MIN_S = 0.005  # a call at least this long is timed one call a round, uncalibrated
 
 
+# When a point's rounds spread too widely for the report's comparisons (the ranking's
+# speed-ups between medians, the baseline's quartile test), the point is flagged "noisy":
+# - its interquartile range is over 20% of its median: a ratio of two such medians can be
+#   off by 10% or more, and the baseline comparison calls any change under ~20% noise;
+#   on an idle core the rounds of one point sit within a few percent of each other;
+# - or over 10% of its rounds are outliers beyond Tukey's fences (1.5 IQR past the
+#   quartiles): steady timings put under 1% there, so a tenth means the rounds were
+#   interrupted (another process, more threads than free cores). Judged from 10 rounds on.
+NOISY_IQR_SHARE = 0.20
+NOISY_OUTLIER_SHARE = 0.10
+NOISY_MIN_ROUNDS_FOR_OUTLIERS = 10
+NOISY_ADVICE = "re-run it on an idle machine or with --threads 1"
+
+
+def spread(median_s: float, iqr_s: float, iqr_outliers: int, rounds: int) -> Dict[str, Any]:
+    """A point's spread over its rounds: IQR / median, the share of rounds outside Tukey's
+    fences, and why it is too noisy for the report's comparisons (None when it is not)."""
+    iqr_share = iqr_s / median_s if median_s > 0 else float("inf")
+    outlier_share = iqr_outliers / rounds if rounds else 0.0
+    why = []
+    if iqr_share > NOISY_IQR_SHARE:
+        why.append(f"IQR {100 * iqr_share:.0f}% of the median (> {100 * NOISY_IQR_SHARE:.0f}%)")
+    if rounds >= NOISY_MIN_ROUNDS_FOR_OUTLIERS and outlier_share > NOISY_OUTLIER_SHARE:
+        why.append(f"{iqr_outliers} of {rounds} rounds outliers "
+                   f"(> {100 * NOISY_OUTLIER_SHARE:.0f}%)")
+    return {"iqr_share": iqr_share, "outlier_share": outlier_share, "rounds": rounds,
+            "noisy": "; ".join(why) or None}
+
+
 def run_benchmark(benchmark: Any, fn: Callable[[], Any], warm_s: float,
                   options: Dict[str, Any]) -> str:
     """Time ``fn`` with pytest-benchmark's fixture, after the caller's one untimed call of

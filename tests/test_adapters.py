@@ -54,6 +54,8 @@ def test_split_recombines_to_the_canonical_mask(case, split):
         assert parts.key_padding is None
     if p.mask.causal and p.mask.causal_align in native_causal:
         assert parts.causal == p.mask.causal_align
+    elif p.mask.causal and native_causal and L == S:  # one mask: either flag serves
+        assert parts.causal == native_causal[0]
     else:
         assert parts.causal is None
     for a in (parts.mask, parts.bias):
@@ -65,6 +67,46 @@ def test_split_recombines_to_the_canonical_mask(case, split):
     full = adapters.additive_mask(p, per_head=per_head)
     np.testing.assert_array_equal(np.broadcast_to(
         full if per_head else full[:, None], (B, H, L, S)), p.mask.dense_bias(B, H, L, S))
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("native", [("top_left",), ("bottom_right",)])
+def test_either_causal_flag_serves_when_lq_equals_lk(align, native):
+    """Top-left and bottom-right causal are one mask when Lq == Lk: a library with either
+    flag gets its flag; with Lq != Lk only the same alignment does, the other is folded."""
+    square = make_problem(0, 2, 5, 5, mask=Mask(causal=True, causal_align=align))
+    parts = adapters.split_mask(square, native_causal=native)
+    assert parts.causal == native[0] and parts.mask is None and parts.only_causal
+    np.testing.assert_array_equal(parts.allowed()[0, 0], adapters.causal_allowed(5, 5, align))
+    wide = make_problem(0, 2, 3, 5, mask=Mask(causal=True, causal_align=align))
+    parts = adapters.split_mask(wide, native_causal=native)
+    assert parts.causal == (align if align == native[0] else None)
+    np.testing.assert_array_equal(parts.allowed()[0, 0], adapters.causal_allowed(3, 5, align))
+
+
+def test_the_mask_split_is_decided_per_problem():
+    """A torch module whose causal flag applies only when no other mask is passed says so in
+    ``mask_split_for``: the causal flag alone for a causal problem, one mask otherwise."""
+    torch_common = pytest.importorskip("implementations.torch_common")
+
+    class FlagOnlyAlone(torch_common.TorchModuleCore):
+        def mask_split_for(self, problem):
+            alone = problem.mask.kinds == {"causal"}
+            return {**self.mask_split, "native_causal": ("top_left",) if alone else ()}
+
+        def build(self, problem):
+            return torch_common.torch.nn.Identity()
+
+        def load_weights(self, module, problem):
+            pass
+
+    impl = FlagOnlyAlone()
+    alone = make_problem(0, 2, 4, 4, mask=Mask(causal=True))
+    both = make_problem(0, 2, 4, 4, mask=Mask(causal=True, valid_lens=np.array([4, 2])))
+    assert impl.prepare(alone, "cpu", "float32")["mask"].only_causal
+    parts = impl.prepare(both, "cpu", "float32")["mask"]
+    assert parts.causal is None
+    np.testing.assert_array_equal(parts.mask.numpy(), both.mask.dense_allowed(2, 1, 4, 4))
 
 
 def test_valid_lens_per_query_is_not_key_padding():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from implementations.numpy_mha import NumpyMHA
@@ -169,3 +170,134 @@ def test_a_known_failure_glob_warns_of_passes_but_not_of_unsupported_cases(cli, 
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "masking/none] is listed as a known failure but passed" in proc.stdout
     assert "gradients/plain] is listed as a known failure" not in proc.stdout
+
+
+# ------------------------------------------------------------ deviations that depend on dtype
+
+def _fully_masked_outcomes(cls) -> dict:
+    from suite import cases
+    from suite.check import run_case
+
+    case = next(c for c in cases.CASES if c.name == "fully_masked_valid_lens")
+    return {dtype: run_case(cls(), cls.name, "cpu", dtype, case)
+            for dtype in ("float64", "float32", "float16")}
+
+
+def test_a_per_dtype_policy_is_applied_in_its_own_dtype_only():
+    """mean of the values in float64/float32, NaN in float16 (a -1e30 fill that overflows):
+    declared per dtype, each dtype's rows are checked against that dtype's policy."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dtype_policies", PLUGINS / "dtype_policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for cls in (mod.PerDtype, mod.Swapped, mod.OnePolicy):
+        check_interface(cls)
+    right = _fully_masked_outcomes(mod.PerDtype)
+    assert {d: o.outcome for d, o in right.items()} == dict.fromkeys(right, "deviation")
+    assert "fully_masked_rows=nan" in right["float16"].reason
+    assert "fully_masked_rows=mean_values" in right["float32"].reason
+    assert right["float16"].policies_used == ["fully_masked_rows"]
+    # Applied to the wrong dtype, every policy fails its rows.
+    swapped = _fully_masked_outcomes(mod.Swapped)
+    assert {d: o.outcome for d, o in swapped.items()} == dict.fromkeys(swapped, "fail")
+    assert "nor does it follow the declared policy (fully_masked_rows=mean_values" in \
+        swapped["float16"].reason
+    # The single-policy form still holds in every dtype: right in float32, wrong in float16.
+    one = _fully_masked_outcomes(mod.OnePolicy)
+    assert [one[d].outcome for d in ("float32", "float16")] == ["deviation", "fail"]
+
+
+def test_a_dtype_the_declaration_does_not_name_gets_the_spec():
+    from suite.plugin import Deviation, deviations_for
+
+    class Half(NumpyMHA):
+        name = "dtype_policy.half"
+        deviations = {"fully_masked_rows": {"float16": Deviation("nan", "measured")}}
+
+    check_interface(Half)
+    assert deviations_for(Half(), "float16")["fully_masked_rows"].policy == "nan"
+    assert "fully_masked_rows" not in deviations_for(Half(), "float32")
+
+    class Typo(NumpyMHA):
+        name = "dtype_policy.typo"
+        deviations = {"fully_masked_rows": {"fp16": Deviation("nan", "measured")}}
+
+    with pytest.raises(TypeError, match=r"deviations\['fully_masked_rows'\]: expected dtypes"):
+        check_interface(Typo)
+
+    class BadPolicy(NumpyMHA):
+        name = "dtype_policy.bad"
+        deviations = {"fully_masked_rows": {"float16": Deviation("zeroes", "measured")}}
+
+    with pytest.raises(TypeError, match=r"\['fully_masked_rows'\]\['float16'\]"):
+        check_interface(BadPolicy)
+
+
+# ------------------------------------------------------------------------- kv head grouping
+
+def _grouping_plugins():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kv_grouping", PLUGINS / "kv_grouping.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case_name", ["gqa", "gqa_groups_of_2", "mqa"])
+def test_a_declared_interleaved_grouping_is_handled_by_the_harness(case_name):
+    """Query head h reading kv head h % K: declared, the GQA cases pass (weights included);
+    undeclared, they fail wherever h // (H/K) and h % K differ (not with one kv head)."""
+    from suite import cases
+    from suite.check import run_case
+
+    mod = _grouping_plugins()
+    case = next(c for c in cases.CASES if c.name == case_name)
+    right = run_case(mod.Interleaved(), "grouping.interleaved", "cpu", "float64", case)
+    assert right.outcome == "pass", right.reason
+    assert [c.what for c in right.comparisons] == ["output", "weights"]
+    wrong = run_case(mod.Undeclared(), "grouping.undeclared", "cpu", "float64", case)
+    assert wrong.outcome == ("pass" if case_name == "mqa" else "fail"), wrong.reason
+
+
+def test_interleaved_grouping_gradients_come_back_in_the_canonical_order():
+    pytest.importorskip("torch")
+    from suite import cases
+    from suite.oracle_grad import grads as oracle_grads
+    from suite.plugin import call
+
+    mod = _grouping_plugins()
+    # H = 8, K = 2: the reordering is not its own inverse (with H = 4 it would be)
+    p = next(c for c in cases.CASES if c.name == "gqa").problem()
+    got = call(mod.TorchInterleaved(), p, "cpu", "float64", need_weights=True, grad=True)
+    want = oracle_grads(p)
+    for name in ("w_q", "b_q", "w_o", "query", "key"):
+        np.testing.assert_allclose(got.grads[name], want[name], rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+    undeclared = type("Undeclared", (mod.TorchInterleaved,), {"kv_grouping": "grouped"})
+    bad = call(undeclared(), p, "cpu", "float64", grad=True)
+    assert not np.allclose(bad.grads["w_q"], want["w_q"])
+
+
+def test_kv_grouping_is_checked_at_load():
+    class Typo(NumpyMHA):
+        name = "grouping.typo"
+        kv_grouping = "modulo"
+
+    with pytest.raises(TypeError, match="kv_grouping: expected one of"):
+        check_interface(Typo)
+
+
+def test_the_hypothesis_family_catches_a_wrong_grouping(cli, tmp_path):
+    """Its draws alone passed the undeclared interleaved library (25 derandomised examples
+    never paired heads differently); its GQA example fails it and passes the declared one."""
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "kv_grouping.py"), "--impl",
+               "grouping.interleaved", "--impl", "grouping.undeclared", "--dtype", "float64",
+               "--workers", "0", "-k", "hypothesis", "--json", str(out), "--no-progress")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    outcomes = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert outcomes["grouping.interleaved"]["outcome"] == "pass"
+    assert outcomes["grouping.undeclared"]["outcome"] == "fail"
+    assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]

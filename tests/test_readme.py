@@ -52,3 +52,44 @@ def test_own_gpu_kernel_example_runs_under_the_triton_interpreter(cli, tmp_path)
     # One program per query row: the interpreter runs each in Python, so a few cases only.
     assert set(outcome) == {"gqa", "gqa_groups_of_2", "mqa", "one_head", "cross_key_ne_value"}
     assert set(outcome.values()) == {"pass"}, outcome
+
+
+def _block_after(marker: str) -> str:
+    """The first python block after ``marker`` in the README."""
+    text = (ROOT / "README.md").read_text().split(marker, 1)[1]
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+def test_dtype_dependent_deviation_example(cli, tmp_path):
+    code = _block_after("**Deviations that depend on the dtype.**")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    plugin, out = tmp_path / "fill.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.fill", "--dtype", "float32",
+               "--dtype", "float16", "--workers", "0", "--json", str(out), "-k", "masking",
+               "--no-progress")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    fully = {r["dtype"]: r for r in doc["results"] if r["case"] == "fully_masked_valid_lens"}
+    assert "fully_masked_rows=mean_values" in fully["float32"]["reason"]
+    assert "fully_masked_rows=nan" in fully["float16"]["reason"]
+    assert {r["outcome"] for r in fully.values()} == {"deviation"}
+    assert doc["implementations"][0]["stale_deviations"] == []
+    assert "stale declaration" not in proc.stdout
+
+
+def test_head_grouping_example():
+    from suite import cases
+    from suite.check import run_case
+
+    code = _block_after("**Head grouping.**")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    tiled = scope["Tiled"]
+    undeclared = type("Undeclared", (tiled,), {"kv_grouping": "grouped"})
+    for name in ("gqa", "gqa_groups_of_2", "mqa"):
+        case = next(c for c in cases.CASES if c.name == name)
+        assert run_case(tiled(), "mine.tiled", "cpu", "float32", case).outcome == "pass", name
+        wrong = run_case(undeclared(), "undeclared", "cpu", "float32", case).outcome
+        assert wrong == ("pass" if name == "mqa" else "fail"), name  # one kv head: the same

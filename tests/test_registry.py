@@ -170,3 +170,53 @@ def test_one_registry_per_command(monkeypatch):
     monkeypatch.setattr(registry, "_SHARED", {})
     assert registry.shared([]) is registry.shared(())
     assert registry.shared([str(PLUGINS / "broken.py")]) is not registry.shared([])
+
+
+PROBED_PLUGIN = '''
+from pathlib import Path
+
+from implementations.numpy_mha import NumpyMHA
+
+LOG = Path(__file__).with_suffix(".log")
+with LOG.open("a") as f:
+    f.write("import\\n")
+
+
+class Probed(NumpyMHA):
+    name = "mine.probed"
+
+    def dtypes(self, device):
+        with LOG.open("a") as f:  # a slow probe would run here
+            f.write("probe\\n")
+        return ("float32",)
+'''
+
+
+def test_a_plugin_files_probes_are_cached_until_the_file_changes(monkeypatch, tmp_path):
+    """A plugin file is described from the cache like a built-in: not imported, not probed,
+    until first used; an edit to the file probes it again."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(registry, "_PLUGIN_CLASSES", {})
+    plugin = tmp_path / "probed.py"
+    plugin.write_text(PROBED_PLUGIN)
+    log = tmp_path / "probed.log"
+
+    def build():
+        return registry.build(plugins=[str(plugin)], builtins=False, entry_points=False,
+                              env={}).entries["mine.probed"]
+
+    first = build()
+    ran = log.read_text().split()
+    assert ran[0] == "import" and "probe" in ran
+    second = build()
+    assert log.read_text().split() == ran  # described: nothing imported, nothing probed
+    assert "not loaded" in repr(second)
+    assert second.description == first.description
+    assert second.description.dtypes == {"cpu": ["float32"]}
+    assert second.source == first.source
+    assert second.impl.name == "mine.probed"  # first use: imported and constructed
+    assert log.read_text().split()[len(ran)] == "import"
+    plugin.write_text(PROBED_PLUGIN.replace('("float32",)', '("float32", "float64")'))
+    edited = build()
+    assert "not loaded" not in repr(edited)
+    assert edited.description.dtypes == {"cpu": ["float32", "float64"]}

@@ -448,3 +448,30 @@ def test_headline_names_interpreted_kernels_never_timed(tmp_path):
     assert any(i.startswith("interpreted kernels, checked but never timed") and
                i.endswith(": triton.flash") for i in items), items
     assert not any("checked but not in the sweep" in i and "triton.flash" in i for i in items)
+
+
+def test_a_per_dtype_declaration_shows_per_dtype_in_results_and_report(cli, tmp_path):
+    """A policy that depends on the dtype: each dtype's policy in the results JSON, each
+    judged and called stale on its own dtype, each on its own line in the report."""
+    from tests.conftest import PLUGINS
+
+    out = tmp_path / "conformance.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "dtype_policies.py"), "--impl",
+               "dtype_policy.right", "--dtype", "float32", "--dtype", "float16", "--workers", "0",
+               "-k", "fully_masked_valid_lens or no_mask_self", "--json", str(out),
+               "--no-progress")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    listed = {i["name"]: i for i in doc["implementations"]}["dtype_policy.right"]
+    declared = listed["deviations"]["fully_masked_rows"]
+    assert {d: v["policy"] for d, v in declared.items()} == {
+        "float64": "mean_values", "float32": "mean_values", "float16": "nan"}
+    # float64 ran no case: not stale (nothing exhibited it); float32 and float16 deviated.
+    assert listed["stale_deviations"] == []
+    outcomes = {(r["dtype"], r["case"]): r["outcome"] for r in doc["results"]}
+    assert outcomes[("float16", "fully_masked_valid_lens")] == "deviation"
+    assert outcomes[("float32", "fully_masked_valid_lens")] == "deviation"
+    soup = _soup(build_report([out], tmp_path / "r.html"))
+    text = " ".join(soup.find(id="implementations").find_next("table").get_text(" ").split())
+    assert "fully_masked_rows[float16] : nan: planted" in text, text
+    assert "fully_masked_rows[float32] : mean_values: planted" in text

@@ -33,3 +33,17 @@ def test_a_failure_or_known_failure_in_another_dtype_keeps_the_declaration():
 
 def test_unsupported_cases_say_nothing_and_unmet_behaviours_are_not_stale():
     assert stale_declarations([_rec("unsupported"), _rec("pass", behaviours=())], DECLARED) == {}
+
+
+PER_DTYPE = {"lib": ["fully_masked_rows[float32]", "fully_masked_rows[float16]"]}
+
+
+def test_a_per_dtype_declaration_is_stale_on_its_own_dtype_only():
+    # float16 gave the spec's answer wherever it exhibited the behaviour; float32 needed it.
+    records = [_rec("deviation", used=["fully_masked_rows"]), _rec("pass", dtype="float16")]
+    assert stale_declarations(records, PER_DTYPE) == {"lib": ["fully_masked_rows[float16]"]}
+    # A failure in float16 keeps float16's declaration, and says nothing of float32's.
+    records = [_rec("pass"), _rec("fail", dtype="float16")]
+    assert stale_declarations(records, PER_DTYPE) == {"lib": ["fully_masked_rows[float32]"]}
+    # The single-policy form is judged on every dtype together, as before.
+    assert stale_declarations(records, DECLARED) == {}

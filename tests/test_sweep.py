@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from suite import sweep, timing
@@ -365,3 +366,59 @@ def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(tmp_path
     said = proc.stdout + proc.stderr  # (a line above the progress bar: on its console)
     assert "skipped: numpy-cpu-" in said and "GiB > budget" in said, said
     assert doc["mha_suite_not_measured"][0]["status"] == "skipped"
+
+
+BRACKETED = '''
+from implementations.numpy_mha import NumpyMHA
+
+
+class Bracketed(NumpyMHA):
+    name = "numpy.mine[flash]"
+'''
+
+
+@pytest.mark.parametrize("progress", ["--progress", "--no-progress"])
+def test_bracketed_names_print_whole_with_and_without_the_progress_bar(tmp_path, progress):
+    """rich reads ``[flash]`` as markup and drops it: the console lines escape names, and
+    ``--progress/--no-progress`` choose the bar as they do for check and run."""
+    plugin_file = tmp_path / "bracketed.py"
+    plugin_file.write_text(BRACKETED)
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.01", "--min-rounds", "2",
+                       "--plugin", str(plugin_file), "--impl", "numpy.mine*", progress)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = proc.stdout + proc.stderr
+    assert "numpy.mine[flash]" in said, said
+    # the bar draws its label on stderr only when it is on
+    assert ("sweep" in proc.stderr.replace("sweep time", "")) == (progress == "--progress")
+    assert [b["extra_info"]["impl"] for b in doc["benchmarks"]] == ["numpy.mine[flash]"]
+
+
+def test_spread_flags_a_point_too_noisy_for_its_comparisons():
+    assert timing.spread(1.0, 0.05, 0, 50)["noisy"] is None  # quiet: IQR 5%, no outliers
+    assert "IQR 30% of the median" in timing.spread(1.0, 0.3, 0, 50)["noisy"]
+    assert "8 of 40 rounds outliers" in timing.spread(1.0, 0.05, 8, 40)["noisy"]
+    assert timing.spread(1.0, 0.05, 2, 5)["noisy"] is None  # too few rounds to judge outliers
+    assert timing.spread(1.0, 0.05, 3, 40)["noisy"] is None  # 7.5% outliers: within bounds
+
+
+def test_a_noisy_point_is_flagged_on_the_console_in_its_record_and_report(tmp_path):
+    # (a steady control is left to the unit test above: on a loaded machine even a plain
+    # sleep's rounds spread past the threshold, which is what the flag is for)
+    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask", "none",
+                       "--head-dim", "8", "--max-time", "0.2", "--min-rounds", "6",
+                       "--plugin", str(PLUGINS / "noisy.py"), "--impl", "noisy.numpy",
+                       "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flagged = [line for line in proc.stdout.splitlines() if line.startswith("noisy:")]
+    assert len(flagged) == 1 and flagged[0].startswith("noisy: noisy.numpy cpu"), proc.stdout
+    assert "of the median" in flagged[0] and "--threads 1" in flagged[0]
+    assert "IQR" in doc["benchmarks"][0]["extra_info"]["noisy"]
+    from reports.frames import load_sweeps
+    from reports.tables import ranking
+
+    ok = load_sweeps([tmp_path]).query("status == 'ok'")
+    quiet = ok.assign(impl="quiet", noisy=None, median_s=ok["median_s"] / 2)
+    text = ranking(pd.concat([ok, quiet]), "quiet").to_string()
+    assert "quiet\u00a01.00×\u00a0·" in text  # unmarked
+    assert text.rstrip().endswith("noisy.numpy\u00a00.50×\u00a0(noisy)"), text

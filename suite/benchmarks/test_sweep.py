@@ -39,9 +39,16 @@ def test_point(benchmark, sweep_point, sweep_session, request):
             session.note(f"{result.status}: {request.node.callspec.id}: {result.reason}"[:300])
         pytest.skip(f"{result.status}: {result.reason}")
     benchmark.extra_info.update(result.info)
-    median = benchmark.stats.stats.median
+    stats = benchmark.stats.stats
+    median = stats.median
     benchmark.extra_info["flops_per_s"] = result.info["flops"] / median if median > 0 else None
+    # the rounds' spread, and whether it is too wide for the report's comparisons
+    spread = timing.spread(median, stats.iqr, stats.iqr_outliers, stats.rounds)
+    benchmark.extra_info["noisy"] = spread["noisy"]
     session.record_point(benchmark.stats.as_dict(include_data=False))  # finished: saved
     session.note(f"{entry.name:<18} {device:<6} {point.dtype:<8} L={point.L:<6} H={point.H:<3} "
                  f"{point.mask:<10} median {median * 1e3:9.3f} ms  "
                  f"{result.info['flops'] / median / 1e9:8.1f} GFLOP/s")
+    if spread["noisy"]:
+        session.note(f"noisy: {entry.name} {device} {point.dtype} L={point.L} H={point.H} "
+                     f"{point.mask}: {spread['noisy']}; {timing.NOISY_ADVICE}")

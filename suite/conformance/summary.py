@@ -6,7 +6,7 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
 
-from suite.plugin import interpreted
+from suite.plugin import Deviation, declaration_labels, interpreted
 from suite.selection import Selection
 
 ORDER = ("fail", "error", "flaky", "known_failure", "deviation", "unsupported", "pass")
@@ -49,24 +49,40 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
 def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str]]
                        ) -> Dict[str, List[str]]:
     """impl -> the declared behaviours no case needed: some judged case exhibited each of them
-    and every judged case that did gave the spec's answer (outcome pass).
+    and every judged case that did gave the spec's answer (outcome pass). A label
+    ``behaviour[dtype]`` (a per-dtype declaration, ``suite.plugin.declaration_labels``) is
+    judged on that dtype's cases only.
 
     A case that exhibits a behaviour and did not pass (a deviation, a failure, a known failure
     in another dtype, an error) keeps the declaration alive: removing it could only break that
     case further, so the advice to remove it would be wrong."""
-    spec_answer: Dict[str, set] = defaultdict(set)  # exhibited, and the spec's answer came out
-    otherwise: Dict[str, set] = defaultdict(set)  # exhibited, and anything else came out
+    # (impl, dtype or None for all dtypes) -> behaviours exhibited where the spec's answer
+    # came out, and where anything else came out
+    spec_answer: Dict[tuple, set] = defaultdict(set)
+    otherwise: Dict[tuple, set] = defaultdict(set)
     for r in records:
         if r.get("outcome") == "unsupported":  # not run: says nothing about the declaration
             continue
         shown = set(r.get("behaviours") or ()) | set(r.get("policies_used") or ())
-        (spec_answer if r.get("outcome") == "pass" else otherwise)[r["impl"]].update(shown)
+        seen = spec_answer if r.get("outcome") == "pass" else otherwise
+        for scope in ((r["impl"], None), (r["impl"], r.get("dtype"))):
+            seen[scope].update(shown)
     out = {}
-    for impl, behaviours in declared.items():
-        stale = sorted((set(behaviours) & spec_answer[impl]) - otherwise[impl])
+    for impl, labels in declared.items():
+        stale = []
+        for label in labels:
+            behaviour, _, dtype = label.rstrip("]").partition("[")
+            scope = (impl, dtype or None)
+            if behaviour in spec_answer[scope] and behaviour not in otherwise[scope]:
+                stale.append(label)
         if stale:
-            out[impl] = stale
+            out[impl] = sorted(stale)
     return out
+
+
+def declared_labels(impl) -> List[str]:
+    """The labels of ``impl``'s declarations (``suite.plugin.declaration_labels``)."""
+    return [label for b, d in impl.deviations.items() for label in declaration_labels(b, d)]
 
 
 def stale_lines(records: List[dict], config,
@@ -74,12 +90,24 @@ def stale_lines(records: List[dict], config,
     """Warnings for declarations the code no longer needs, like unused known failures; not
     for an implementation a sampled run left cases of (``left``): a case it did not run may
     be the one that needs the declaration."""
-    declared = {e.name: list(e.impl.deviations)
+    declared = {e.name: declared_labels(e.impl)
                 for e in Selection.from_config(config).entries(available_only=True)
                 if not (left or {}).get(e.name)}
     return [f"warning: stale declaration: {impl} declares {b} but every case that exhibits "
-            f"it gave the spec's answer (remove the declaration)"
+            f"it{_in(b)} gave the spec's answer (remove the declaration)"
             for impl, bs in stale_declarations(records, declared).items() for b in bs]
+
+
+def _in(label: str) -> str:
+    """' in float16' for a per-dtype label ``behaviour[float16]``, else ''."""
+    return f" in {label.rstrip(']').partition('[')[2]}" if "[" in label else ""
+
+
+def _asdict(decl) -> dict:
+    """A declaration as JSON: {policy, reason}, or dtype -> {policy, reason}."""
+    if isinstance(decl, Deviation):
+        return dataclasses.asdict(decl)
+    return {dtype: dataclasses.asdict(d) for dtype, d in decl.items()}
 
 
 def implementations(config, records: Iterable[dict] = (),
@@ -97,10 +125,10 @@ def implementations(config, records: Iterable[dict] = (),
             devices = impl.devices()
             item.update(framework=impl.framework, framework_version=impl.framework_version(),
                         devices=devices, dtypes={d: list(impl.dtypes(d)) for d in devices},
-                        features=sorted(impl.features), deviations={b: dataclasses.asdict(d)
+                        features=sorted(impl.features), deviations={b: _asdict(d)
                                     for b, d in impl.deviations.items()},
                         stale_deviations=stale_declarations(
-                            records, {e.name: list(impl.deviations)}).get(e.name, []))
+                            records, {e.name: declared_labels(impl)}).get(e.name, []))
             if left and left.get(e.name):  # sampled: no case left out may be the one needing it
                 item["left_to_check"] = dict(sorted(left[e.name].items()))
                 item["stale_deviations"] = []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
@@ -63,6 +63,16 @@ def problems(draw, features: frozenset):
     return make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw))
 
 
+def gqa_examples(features: frozenset) -> list:
+    """Examples run before the drawn ones: a GQA problem where h // (H/K) and h % K pair
+    different kv heads with most query heads (H = 6, K = 3: heads 1-4), so a library
+    grouping its heads either way is checked (draws reach 1 < K < H in about one example in
+    seven, and derandomised draws of 25 examples missed a wrong grouping)."""
+    if "gqa" not in features:
+        return []
+    return [make_problem(20231124, 2, 5, 5, 12, 6, 3)]
+
+
 def test_random_shapes(target, conform, request, listed_known_failure):
     n = request.config.getoption("--hypothesis-examples")
     if n is None:  # the default: bounded where each new shape costs seconds
@@ -79,9 +89,6 @@ def test_random_shapes(target, conform, request, listed_known_failure):
     def judge(impl, out):
         tried = []
 
-        @settings(max_examples=n, derandomize=True, deadline=None, database=None,
-                  phases=phases, suppress_health_check=list(HealthCheck), print_blob=True)
-        @given(problems(frozenset(impl.features)))
         def check(p):
             late = timed_out(request.node)
             if late:  # past --timeout: no further example runs (the case is an error)
@@ -94,6 +101,15 @@ def test_random_shapes(target, conform, request, listed_known_failure):
                     f"B={p.B} Lq={p.L} Lk={p.S} E={p.E} H={p.H} H_kv={p.K} "
                     f"mask={sorted(p.mask.kinds)}: {o.reason}")
 
+        features = frozenset(impl.features)
+        fixed = gqa_examples(features)
+        for p in fixed:
+            check = example(p)(check)
+        # the fixed examples count in the bound: the case costs what it did (a compiled
+        # plugin compiles each new shape) and its reason still says n examples
+        check = settings(max_examples=max(1, n - len(fixed)), derandomize=True, deadline=None, database=None,
+                         phases=phases, suppress_health_check=list(HealthCheck),
+                         print_blob=True)(given(problems(features))(check))
         try:
             check()
         except FlakyFailure as exc:  # failed once, passed when Hypothesis replayed it
