@@ -42,9 +42,11 @@ def tests(session: nox.Session) -> None:
     install(session)
     session.run("mha-suite", "list")
     # The harness tests on one pytest-xdist worker per core, a test module per worker.
-    session.run("pytest", "tests", "-n", "auto", "--dist", "loadfile", *session.posargs)
+    # --durations: each run's slowest tests in CI's log (every case keeps 3x under --timeout).
+    session.run("pytest", "tests", "-n", "auto", "--dist", "loadfile", "--durations=15",
+                *session.posargs)
     session.run("mha-suite", "check", "--json", f"{RESULTS}/ci/conformance.json",
-                "-k", CI_CHECK_SELECTION)
+                "-k", CI_CHECK_SELECTION, "--", "--durations=15")
     # Keras binds one backend per process (torch above): its jax backend gets its own run.
     session.run("mha-suite", "check", "--impl", "keras.mha*", "--json",
                 f"{RESULTS}/ci/conformance.json", env={"KERAS_BACKEND": "jax"})
