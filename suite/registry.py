@@ -50,6 +50,7 @@ BUILTINS: Dict[str, str] = {
     "triton.flash": "implementations.triton_flash:TritonFlash",
     "pallas.gpu.flash": "implementations.pallas_attention:PallasGpuFlash",
     "pallas.tpu.flash": "implementations.pallas_attention:PallasTpuFlash",
+    "pallas.tpu.splash": "implementations.pallas_attention:PallasTpuSplash",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
