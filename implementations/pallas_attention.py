@@ -39,6 +39,7 @@ from suite.problem import Problem
 
 BLOCK = 128  # both kernels' default block along the sequence (their BlockSizes)
 SUBLANES = 8  # TPU query blocks are multiples of 8 sublanes
+BWD_BLOCK = 32  # the GPU kernel's default backward blocks (block_q_dq, block_kv_dkv, ...)
 
 
 def _backend_count(platform: str) -> int:
@@ -66,20 +67,26 @@ class PallasCore(JaxCore):
                 grad: bool = False) -> Dict[str, Any]:
         if device not in self.devices():
             raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        if grad:  # the kernels' backward passes need backward block sizes: not wired here
+        if grad and "grad" not in self.features:  # this kernel's backward is not wired here
             raise Unsupported(f"{self.name}: forward only")
         self.interpret = interpreted(device)
         self.check_shapes(problem, device)
+        if grad:
+            self.check_grad_shapes(problem)
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         """Raise ``Unsupported`` for a problem the kernel's blocks cannot take."""
 
+    def check_grad_shapes(self, problem: Problem) -> None:
+        """Raise ``Unsupported`` for a problem the kernel's backward blocks cannot take."""
+
 
 class PallasGpuFlash(PallasCore):
     name = "pallas.gpu.flash"
     platform = "gpu"
-    features = frozenset({"causal", "cross", "gqa", "scale"})
+    # Gradients through the kernel's custom VJP: its Pallas backward kernels (dq, dk/dv).
+    features = frozenset({"causal", "cross", "gqa", "scale", "grad"})
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN value at a key the causal mask hides from a row reaches that row: "
                     "the masked weight is 0 and 0 * NaN is NaN in p @ v (measured, "
@@ -95,6 +102,14 @@ class PallasGpuFlash(PallasCore):
             rule = "powers of two up to 128" if pow2 else "at most 128"
             raise Unsupported(f"{self.name} takes Lq and Lk that are {rule} or multiples of "
                               f"128 (its 128 x 128 blocks); got Lq={problem.L}, Lk={problem.S}")
+
+    def check_grad_shapes(self, problem: Problem) -> None:
+        # The fused backward walks Lq in blocks of min(32, Lq) and Lk in blocks of
+        # min(32, Lk) (its default BlockSizes) and needs as many of each (its ValueError).
+        if problem.L // min(BWD_BLOCK, problem.L) != problem.S // min(BWD_BLOCK, problem.S):
+            raise Unsupported(f"{self.name}'s backward takes Lq and Lk with as many blocks of "
+                              f"32 (or one block each, both at most 32); got Lq={problem.L}, "
+                              f"Lk={problem.S}")
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         from jax.experimental.pallas.ops.gpu import attention
@@ -284,3 +299,48 @@ class PallasTpuSplash(PallasTpuCore):
         out = jnp.stack([one(self.kernels[b % len(self.kernels)], q[b], k[b], v[b],
                              None if segs is None else segs[b]) for b in range(B)])
         return out[:, :, :L].astype(q.dtype), None  # (B, H, L, D)
+
+
+class PallasGpuDecode(PallasCore):
+    """``ops.gpu.decode_attention.gqa``: one query per sequence against Lk keys, GQA in the
+    kernel (query head h reads kv head h // (H // K)), key padding by ``valid_lens`` (B,)
+    through its ``kv_seq_len``. It takes Lq = 1 only and no other mask (no causal flag: with
+    one query there is nothing to align). The keys are split in ``k_splits`` parts of 16 or
+    more keys each (its asserts), so Lk is padded to a multiple of 16 (of 2048 past 2048:
+    parts of at most 128 keys or multiples of 128); the added keys lie past ``kv_seq_len``,
+    which the kernel masks.
+    """
+
+    name = "pallas.gpu.decode"
+    platform = "gpu"
+    features = frozenset({"valid_lens", "cross", "gqa", "scale"})
+    repeat_kv = False  # the kernel reads K kv heads itself
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        m = problem.mask
+        if problem.L != 1:
+            raise Unsupported(f"{self.name} takes one query per sequence (Lq = 1); "
+                              f"got Lq={problem.L}")
+        if m.valid_lens is not None and np.ndim(m.valid_lens) != 1:
+            raise Unsupported(f"{self.name} takes key lengths per sequence (B,) only")
+        step = 16 if problem.S <= 2048 else 2048
+        self.S_pad = problem.S + -problem.S % step
+        self.k_splits = min(16, self.S_pad // 16)  # the library's default, fewer when short
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        from jax.experimental.pallas.ops.gpu import decode_attention as da
+
+        B, H, _, D = q.shape
+        S = k.shape[2]
+        pad = ((0, 0), (0, 0), (0, self.S_pad - S), (0, 0))
+        k = jnp.pad(k, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
+        v = jnp.pad(v, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
+        lens = None
+        # Key lengths: the only mask declared is valid_lens (B,), so a batch item's live keys
+        # are a prefix and their count is its length.
+        if mask.dead_keys is not None or self.S_pad != S:
+            lens = jnp.full((B,), S, jnp.int32) if mask.dead_keys is None else \
+                jnp.sum(~mask.dead_keys[:, 0, :, 0], axis=-1).astype(jnp.int32)  # (B,)
+        out = da.gqa(q[:, :, 0], k, v, kv_seq_len=lens, sm_scale=scale,
+                     k_splits=self.k_splits, interpret=self.interpret)  # (B, H, D)
+        return out[:, :, None], None  # (B, H, 1, D)

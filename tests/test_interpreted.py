@@ -40,3 +40,55 @@ def test_a_sweep_never_times_an_interpreted_kernel(tmp_path):
     skipped = [x for x in doc["mha_suite_not_measured"] if x["impl"] == "triton.flash"]
     assert skipped and all(x["status"] == "skipped" and "interpreted" in x["reason"]
                            and x["device"] == INTERPRETED_CPU for x in skipped), skipped
+
+
+PALLAS = ROOT / "implementations" / "pallas_attention.py"
+SPLASH_BUGS = {  # name -> (source text, its buggy replacement, the case that must catch it)
+    # Bottom-right causal mapped like top left (CausalMask offset 0 for every alignment).
+    "bottom_right_offset": ('offset=0 if parts.causal == "top_left" else S - L)', "offset=0)",
+                            "causal_bottom_right_short_query"),
+    # Key padding dropped from the segment ids: padded keys in the queries' segment.
+    "key_padding_segments": ("keep = np.ones((B, S), bool) if parts.key_padding is None else "
+                             "parts.key_padding", "keep = np.ones((B, S), bool)", "valid_lens"),
+    # Every head given head 0's mask in the MultiHeadMask.
+    "mask_per_head": ("sa.NumpyMask(m[h % m.shape[0]])", "sa.NumpyMask(m[0])", "bool_mask"),
+}
+SPLASH_PLUGIN = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("buggy_pallas_{name}", {path!r})
+buggy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(buggy)
+
+
+class Buggy(buggy.PallasTpuSplash):
+    name = "bug.splash_{name}"
+"""
+
+
+def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
+    pytest.importorskip("jax")
+    source = PALLAS.read_text()
+    args = []
+    for bug, (right, wrong, _) in SPLASH_BUGS.items():
+        assert source.count(right) == 1, f"the adapter no longer has {right!r}"
+        (tmp_path / f"pallas_{bug}.py").write_text(source.replace(right, wrong))
+        plugin = tmp_path / f"plugin_{bug}.py"
+        plugin.write_text(SPLASH_PLUGIN.format(name=bug, path=str(tmp_path / f"pallas_{bug}.py")))
+        args += ["--plugin", str(plugin), "--impl", f"bug.splash_{bug}"]
+    out = tmp_path / "conformance.json"
+    # Each bug's own case, run by every buggy plugin: a bug fails its case and no other.
+    cases = " or ".join(f"masking/{c}]" for c in ("valid_lens", "bool_mask",
+                                                  "causal_bottom_right_short_query"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+         "-p", "no:cacheprovider", "--conformance-json", str(out), *args, "--dtype", "float32",
+         "-k", f"test_case and ({cases})"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    outcome = {(r["impl"], r["case"]): r["outcome"] for r in results}
+    assert {r["device"] for r in results} == {INTERPRETED_CPU}
+    for bug, (_, _, case) in SPLASH_BUGS.items():
+        mine = {c: o for (i, c), o in outcome.items() if i == f"bug.splash_{bug}"}
+        assert mine.get(case) == "fail", (bug, mine)
+        assert all(o == "pass" for c, o in mine.items() if c != case), (bug, mine)
