@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from suite.conformance.summary import matrix_lines
@@ -92,3 +93,29 @@ def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
         mine = {c: o for (i, c), o in outcome.items() if i == f"bug.splash_{bug}"}
         assert mine.get(case) == "fail", (bug, mine)
         assert all(o == "pass" for c, o in mine.items() if c != case), (bug, mine)
+
+
+def _decode_outcome(impl, problem):
+    from suite.check import Outcome, run_problem
+
+    out = Outcome(impl.name, INTERPRETED_CPU, "float32", "test", "decode", 0, "pass")
+    return run_problem(impl, out, problem)
+
+
+def test_pallas_decode_key_lengths_and_gqa_agree_with_the_oracle():
+    """One query against 300 keys (16 splits of the padded 304, the split-K path), GQA
+    (4 query heads on 2 kv heads), key lengths 300, 37 and 0 (a row with no key: zeros)."""
+    pytest.importorskip("jax")
+    from implementations.pallas_attention import PallasGpuDecode
+    from suite.problem import Mask, make_problem
+
+    class LengthsIgnored(PallasGpuDecode):  # a planted translation bug: kv_seq_len dropped
+        name = "bug.decode_lengths"
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            return super().attend(q, k, v, mask.replace(dead_keys=None), scale, need_weights)
+
+    p = make_problem(7, 3, 1, 300, 32, 4, 2, mask=Mask(valid_lens=np.array([300, 37, 0])))
+    right = _decode_outcome(PallasGpuDecode(), p)
+    assert right.outcome == "pass", (right.outcome, right.reason, right.comparisons)
+    assert _decode_outcome(LengthsIgnored(), p).outcome == "fail"
