@@ -9,11 +9,16 @@
   segment 0, keys past the length segment 1), and every other mask through its additive
   ``ab`` (B, H, L, S): the canonical additive form, -inf where not allowed, divided by the
   scale (the kernel adds ``ab`` to the unscaled logits, as its ``mha_reference`` does).
+- ``pallas.tpu.splash``: ``ops.tpu.splash_attention``, its mask objects (``PallasTpuSplash``).
+- ``pallas.gpu.decode``: ``ops.gpu.decode_attention.gqa``, one query (``PallasGpuDecode``).
+
+``pallas.gpu.flash`` also runs its kernel's backward (gradients); the others are forward only.
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
-Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernel,
-``pltpu.force_tpu_interpret_mode()`` around tracing for the TPU one. Neither kernel takes
-GQA: kv heads are repeated to H (``JaxCore``'s ``repeat_kv``).
+Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernels,
+``pltpu.force_tpu_interpret_mode()`` around tracing for the TPU ones. Neither flash kernel
+takes GQA: kv heads are repeated to H (``JaxCore``'s ``repeat_kv``); splash and decode read
+K kv heads themselves.
 
 Shapes: each kernel's block sizes decide what it takes, said in the ``Unsupported`` reason.
 The GPU kernel takes Lq and Lk that are at most 128 (one block) or multiples of 128 (on a GPU,
