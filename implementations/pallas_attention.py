@@ -9,11 +9,16 @@
   segment 0, keys past the length segment 1), and every other mask through its additive
   ``ab`` (B, H, L, S): the canonical additive form, -inf where not allowed, divided by the
   scale (the kernel adds ``ab`` to the unscaled logits, as its ``mha_reference`` does).
+- ``pallas.tpu.splash``: ``ops.tpu.splash_attention``, its mask objects (``PallasTpuSplash``).
+- ``pallas.gpu.decode``: ``ops.gpu.decode_attention.gqa``, one query (``PallasGpuDecode``).
+
+``pallas.gpu.flash`` also runs its kernel's backward (gradients); the others are forward only.
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
-Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernel,
-``pltpu.force_tpu_interpret_mode()`` around tracing for the TPU one. Neither kernel takes
-GQA: kv heads are repeated to H (``JaxCore``'s ``repeat_kv``).
+Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernels,
+``pltpu.force_tpu_interpret_mode()`` around tracing for the TPU ones. Neither flash kernel
+takes GQA: kv heads are repeated to H (``JaxCore``'s ``repeat_kv``); splash and decode read
+K kv heads themselves.
 
 Shapes: each kernel's block sizes decide what it takes, said in the ``Unsupported`` reason.
 The GPU kernel takes Lq and Lk that are at most 128 (one block) or multiples of 128 (on a GPU,
@@ -39,6 +44,7 @@ from suite.problem import Problem
 
 BLOCK = 128  # both kernels' default block along the sequence (their BlockSizes)
 SUBLANES = 8  # TPU query blocks are multiples of 8 sublanes
+BWD_BLOCK = 32  # the GPU kernel's default backward blocks (block_q_dq, block_kv_dkv, ...)
 
 
 def _backend_count(platform: str) -> int:
@@ -66,20 +72,26 @@ class PallasCore(JaxCore):
                 grad: bool = False) -> Dict[str, Any]:
         if device not in self.devices():
             raise ValueError(f"device: expected one of {self.devices()}, got {device!r}")
-        if grad:  # the kernels' backward passes need backward block sizes: not wired here
+        if grad and "grad" not in self.features:  # this kernel's backward is not wired here
             raise Unsupported(f"{self.name}: forward only")
         self.interpret = interpreted(device)
         self.check_shapes(problem, device)
+        if grad:
+            self.check_grad_shapes(problem)
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         """Raise ``Unsupported`` for a problem the kernel's blocks cannot take."""
 
+    def check_grad_shapes(self, problem: Problem) -> None:
+        """Raise ``Unsupported`` for a problem the kernel's backward blocks cannot take."""
+
 
 class PallasGpuFlash(PallasCore):
     name = "pallas.gpu.flash"
     platform = "gpu"
-    features = frozenset({"causal", "cross", "gqa", "scale"})
+    # Gradients through the kernel's custom VJP: its Pallas backward kernels (dq, dk/dv).
+    features = frozenset({"causal", "cross", "gqa", "scale", "grad"})
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN value at a key the causal mask hides from a row reaches that row: "
                     "the masked weight is 0 and 0 * NaN is NaN in p @ v (measured, "
@@ -96,6 +108,14 @@ class PallasGpuFlash(PallasCore):
             raise Unsupported(f"{self.name} takes Lq and Lk that are {rule} or multiples of "
                               f"128 (its 128 x 128 blocks); got Lq={problem.L}, Lk={problem.S}")
 
+    def check_grad_shapes(self, problem: Problem) -> None:
+        # The fused backward walks Lq in blocks of min(32, Lq) and Lk in blocks of
+        # min(32, Lk) (its default BlockSizes) and needs as many of each (its ValueError).
+        if problem.L // min(BWD_BLOCK, problem.L) != problem.S // min(BWD_BLOCK, problem.S):
+            raise Unsupported(f"{self.name}'s backward takes Lq and Lk with as many blocks of "
+                              f"32 (or one block each, both at most 32); got Lq={problem.L}, "
+                              f"Lk={problem.S}")
+
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         from jax.experimental.pallas.ops.gpu import attention
 
@@ -105,9 +125,25 @@ class PallasGpuFlash(PallasCore):
         return out.transpose(0, 2, 1, 3), None  # (B, H, L, D)
 
 
-class PallasTpuFlash(PallasCore):
-    name = "pallas.tpu.flash"
+class PallasTpuCore(PallasCore):
+    """A TPU kernel: compiled on a TPU, else traced under ``pltpu.force_tpu_interpret_mode``."""
+
     platform = "tpu"
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if not interpreted(device):
+            return super().prepare(problem, device, dtype, need_weights=need_weights,
+                                   grad=grad)
+        from jax.experimental.pallas import tpu as pltpu
+
+        with pltpu.force_tpu_interpret_mode():  # the kernel is traced and compiled here
+            return super().prepare(problem, device, dtype, need_weights=need_weights,
+                                   grad=grad)
+
+
+class PallasTpuFlash(PallasTpuCore):
+    name = "pallas.tpu.flash"
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale"})
     deviations = {
@@ -140,17 +176,6 @@ class PallasTpuFlash(PallasCore):
         self.route = (segments, bool(rest))
         self._cache = self._caches.setdefault(self.route, {})  # JaxCore's executable cache
 
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        if not interpreted(device):
-            return super().prepare(problem, device, dtype, need_weights=need_weights,
-                                   grad=grad)
-        from jax.experimental.pallas import tpu as pltpu
-
-        with pltpu.force_tpu_interpret_mode():  # the kernel is traced and compiled here
-            return super().prepare(problem, device, dtype, need_weights=need_weights,
-                                   grad=grad)
-
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
@@ -182,3 +207,145 @@ class PallasTpuFlash(PallasCore):
         out = fa.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale,
                                  block_sizes=blocks)
         return out[:, :, :L], None  # (B, H, L, D)
+
+
+class PallasTpuSplash(PallasTpuCore):
+    """``ops.tpu.splash_attention``: the canonical mask as splash's own mask objects.
+
+    Causal alone is a ``CausalMask`` (top left: offset 0; bottom right: offset Lk - Lq, which
+    the kernel computes in its blocks); every other mask (a boolean mask, per-query lengths,
+    causal beside them) is a ``NumpyMask`` per head in a ``MultiHeadMask``, built per batch
+    item (splash masks are static and per head: a mask that varies over the batch gets one
+    kernel per item); key padding by ``valid_lens`` (B,) is its ``SegmentIds`` (queries
+    segment 0, padded keys 1). GQA through its MHA form (query head h reads kv head
+    h // (H // K)) and MQA (K = 1) through its MQA form. Splash takes no scale: q is scaled
+    before the kernel. No additive bias: ``bias`` is not declared.
+    """
+
+    name = "pallas.tpu.splash"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
+                          "gqa", "scale"})
+    repeat_kv = False  # the MHA form reads K kv heads itself
+    deviations = {"nan_padding": Deviation(
+        "confined", "NaN in a key or value the mask hides inside a key block the kernel "
+                    "visits reaches the rows of that batch item: masked logits get a finite "
+                    "mask_value, so their weight is 0 and 0 * NaN is NaN (measured, "
+                    "masking/nan_padding, interpreted, jax 0.10.2)")}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._caches: Dict[str, Dict] = {}
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        import hashlib
+
+        from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+        if split_mask(problem).fully_masked_rows() is not None:
+            # Measured (jax 0.10.2, interpreted): a row with no key gives the mean of the
+            # values of the key blocks the kernel visits (masked logits get a finite
+            # mask_value) and NaN when it skips every block: it depends on the 128-key blocks.
+            raise Unsupported(f"{self.name}: a fully masked row gives the mean of the values "
+                              f"of the 128-key blocks the kernel visits, NaN when it visits "
+                              f"none: no one policy to declare")
+        B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        parts = split_mask(problem, native_causal=("top_left", "bottom_right"))
+        if parts.mask is not None and parts.causal:  # causal beside another mask: one mask
+            parts = split_mask(problem, native_causal=())
+        # Key blocks are multiples of 128 lanes (block_kv_compute); query blocks of up to 128
+        # rows (multiples of 8 sublanes). Added keys are in segment 1, added rows dropped.
+        self.L_pad = L + (-L % (SUBLANES if L <= BLOCK else BLOCK))
+        self.S_pad = S + -S % BLOCK
+        Lp, Sp = self.L_pad, self.S_pad
+        self.segments = None  # (B, Sp) int32: 1 for keys no query may read
+        if parts.key_padding is not None or Sp != S:
+            keep = np.ones((B, S), bool) if parts.key_padding is None else parts.key_padding
+            self.segments = np.pad(~keep, ((0, 0), (0, Sp - S)), constant_values=True
+                                   ).astype(np.int32)  # (B, Sp)
+        if parts.mask is None:
+            shape = (Lp, Sp)
+            one = (sa.FullMask(shape) if parts.causal is None else
+                   sa.CausalMask(shape, offset=0 if parts.causal == "top_left" else S - L))
+            masks = [sa.MultiHeadMask([one] * H)]
+        else:
+            allowed = np.pad(parts.mask, ((0, 0), (0, 0), (0, Lp - L), (0, Sp - S)))
+            per_item = allowed if allowed.shape[0] > 1 else allowed[:1]  # (B|1, H|1, Lp, Sp)
+            masks = [sa.MultiHeadMask([sa.NumpyMask(m[h % m.shape[0]]) for h in range(H)])
+                     for m in per_item]
+        blocks = sa.BlockSizes(block_q=min(BLOCK, Lp), block_kv=BLOCK, block_kv_compute=BLOCK)
+        make = sa.make_splash_mqa_single_device if problem.K == 1 else \
+            sa.make_splash_mha_single_device
+        self.kernels = [make(m, block_sizes=blocks) for m in masks]
+        digest = hashlib.sha1(repr((L, S, H, problem.K == 1, parts.causal)).encode())
+        for a in (parts.mask, self.segments):
+            digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+        self._cache = self._caches.setdefault(digest.hexdigest(), {})  # the masks are static
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+        B, H, L, D = q.shape
+        S = k.shape[2]
+        Lp, Sp = self.L_pad, self.S_pad
+        q = jnp.pad(q * scale, ((0, 0), (0, 0), (0, Lp - L), (0, 0)))  # (B, H, Lp, D)
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, Sp - S), (0, 0)))  # (B, K, Sp, D)
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, Sp - S), (0, 0)))  # (B, K, Sp, D)
+        if k.shape[1] == 1:  # the MQA form takes one kv head without a head axis
+            k, v = k[:, 0], v[:, 0]  # (B, Sp, D)
+        segs = None if self.segments is None else jnp.asarray(self.segments)  # (B, Sp)
+
+        def one(kernel, qb, kb, vb, kv_ids):  # one batch item: (H, Lp, D) -> (H, Lp, D)
+            ids = None if kv_ids is None else sa.SegmentIds(q=jnp.zeros(Lp, jnp.int32),
+                                                            kv=kv_ids)
+            return kernel(qb, kb, vb, ids)
+
+        # One call per batch item: the interpreted TPU kernel does not batch under jax.vmap
+        # (jax 0.10.2), and a mask that varies over the batch is one kernel per item.
+        out = jnp.stack([one(self.kernels[b % len(self.kernels)], q[b], k[b], v[b],
+                             None if segs is None else segs[b]) for b in range(B)])
+        return out[:, :, :L].astype(q.dtype), None  # (B, H, L, D)
+
+
+class PallasGpuDecode(PallasCore):
+    """``ops.gpu.decode_attention.gqa``: one query per sequence against Lk keys, GQA in the
+    kernel (query head h reads kv head h // (H // K)), key padding by ``valid_lens`` (B,)
+    through its ``kv_seq_len``. It takes Lq = 1 only and no other mask (no causal flag: with
+    one query there is nothing to align). The keys are split in ``k_splits`` parts of 16 or
+    more keys each (its asserts), so Lk is padded to a multiple of 16 (of 2048 past 2048:
+    parts of at most 128 keys or multiples of 128); the added keys lie past ``kv_seq_len``,
+    which the kernel masks.
+    """
+
+    name = "pallas.gpu.decode"
+    platform = "gpu"
+    features = frozenset({"valid_lens", "cross", "gqa", "scale"})
+    repeat_kv = False  # the kernel reads K kv heads itself
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        m = problem.mask
+        if problem.L != 1:
+            raise Unsupported(f"{self.name} takes one query per sequence (Lq = 1); "
+                              f"got Lq={problem.L}")
+        if m.valid_lens is not None and np.ndim(m.valid_lens) != 1:
+            raise Unsupported(f"{self.name} takes key lengths per sequence (B,) only")
+        step = 16 if problem.S <= 2048 else 2048
+        self.S_pad = problem.S + -problem.S % step
+        self.k_splits = min(16, self.S_pad // 16)  # the library's default, fewer when short
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        from jax.experimental.pallas.ops.gpu import decode_attention as da
+
+        B, H, _, D = q.shape
+        S = k.shape[2]
+        pad = ((0, 0), (0, 0), (0, self.S_pad - S), (0, 0))
+        k = jnp.pad(k, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
+        v = jnp.pad(v, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
+        lens = None
+        # Key lengths: the only mask declared is valid_lens (B,), so a batch item's live keys
+        # are a prefix and their count is its length.
+        if mask.dead_keys is not None or self.S_pad != S:
+            lens = jnp.full((B,), S, jnp.int32) if mask.dead_keys is None else \
+                jnp.sum(~mask.dead_keys[:, 0, :, 0], axis=-1).astype(jnp.int32)  # (B,)
+        out = da.gqa(q[:, :, 0], k, v, kv_seq_len=lens, sm_scale=scale,
+                     k_splits=self.k_splits, interpret=self.interpret)  # (B, H, D)
+        return out[:, :, None], None  # (B, H, 1, D)

@@ -57,6 +57,8 @@ BUILTINS: Dict[str, str] = {
     "triton.flash": "implementations.triton_flash:TritonFlash",
     "pallas.gpu.flash": "implementations.pallas_attention:PallasGpuFlash",
     "pallas.tpu.flash": "implementations.pallas_attention:PallasTpuFlash",
+    "pallas.tpu.splash": "implementations.pallas_attention:PallasTpuSplash",
+    "pallas.gpu.decode": "implementations.pallas_attention:PallasGpuDecode",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {

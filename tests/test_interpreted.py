@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from suite.conformance.summary import matrix_lines
@@ -40,3 +41,81 @@ def test_a_sweep_never_times_an_interpreted_kernel(tmp_path):
     skipped = [x for x in doc["mha_suite_not_measured"] if x["impl"] == "triton.flash"]
     assert skipped and all(x["status"] == "skipped" and "interpreted" in x["reason"]
                            and x["device"] == INTERPRETED_CPU for x in skipped), skipped
+
+
+PALLAS = ROOT / "implementations" / "pallas_attention.py"
+SPLASH_BUGS = {  # name -> (source text, its buggy replacement, the case that must catch it)
+    # Bottom-right causal mapped like top left (CausalMask offset 0 for every alignment).
+    "bottom_right_offset": ('offset=0 if parts.causal == "top_left" else S - L)', "offset=0)",
+                            "causal_bottom_right_short_query"),
+    # Key padding dropped from the segment ids: padded keys in the queries' segment.
+    "key_padding_segments": ("keep = np.ones((B, S), bool) if parts.key_padding is None else "
+                             "parts.key_padding", "keep = np.ones((B, S), bool)", "valid_lens"),
+    # Every head given head 0's mask in the MultiHeadMask.
+    "mask_per_head": ("sa.NumpyMask(m[h % m.shape[0]])", "sa.NumpyMask(m[0])", "bool_mask"),
+}
+SPLASH_PLUGIN = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("buggy_pallas_{name}", {path!r})
+buggy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(buggy)
+
+
+class Buggy(buggy.PallasTpuSplash):
+    name = "bug.splash_{name}"
+"""
+
+
+def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
+    pytest.importorskip("jax")
+    source = PALLAS.read_text()
+    args = []
+    for bug, (right, wrong, _) in SPLASH_BUGS.items():
+        assert source.count(right) == 1, f"the adapter no longer has {right!r}"
+        (tmp_path / f"pallas_{bug}.py").write_text(source.replace(right, wrong))
+        plugin = tmp_path / f"plugin_{bug}.py"
+        plugin.write_text(SPLASH_PLUGIN.format(name=bug, path=str(tmp_path / f"pallas_{bug}.py")))
+        args += ["--plugin", str(plugin), "--impl", f"bug.splash_{bug}"]
+    out = tmp_path / "conformance.json"
+    # Each buggy plugin runs only the case that must catch it (the right adapter passes
+    # them all in `mha-suite check`): 3 interpreted cases.
+    cases = " or ".join(f"(splash_{bug} and masking/{case}])"
+                        for bug, (_, _, case) in SPLASH_BUGS.items())
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+         "-p", "no:cacheprovider", "--conformance-json", str(out), *args, "--dtype", "float32",
+         "-k", f"test_case and ({cases})"],  # about 45 s on 2 cores
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    outcome = {(r["impl"], r["case"]): r["outcome"] for r in results}
+    assert {r["device"] for r in results} == {INTERPRETED_CPU}
+    for bug, (_, _, case) in SPLASH_BUGS.items():
+        mine = {c: o for (i, c), o in outcome.items() if i == f"bug.splash_{bug}"}
+        assert mine == {case: "fail"}, (bug, mine)
+
+
+def _decode_outcome(impl, problem):
+    from suite.check import Outcome, run_problem
+
+    out = Outcome(impl.name, INTERPRETED_CPU, "float32", "test", "decode", 0, "pass")
+    return run_problem(impl, out, problem)
+
+
+def test_pallas_decode_key_lengths_and_gqa_agree_with_the_oracle():
+    """One query against 300 keys (16 splits of the padded 304, the split-K path), GQA
+    (4 query heads on 2 kv heads), key lengths 300, 37 and 0 (a row with no key: zeros)."""
+    pytest.importorskip("jax")
+    from implementations.pallas_attention import PallasGpuDecode
+    from suite.problem import Mask, make_problem
+
+    class LengthsIgnored(PallasGpuDecode):  # a planted translation bug: kv_seq_len dropped
+        name = "bug.decode_lengths"
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            return super().attend(q, k, v, mask.replace(dead_keys=None), scale, need_weights)
+
+    p = make_problem(7, 3, 1, 300, 32, 4, 2, mask=Mask(valid_lens=np.array([300, 37, 0])))
+    right = _decode_outcome(PallasGpuDecode(), p)
+    assert right.outcome == "pass", (right.outcome, right.reason, right.comparisons)
+    assert _decode_outcome(LengthsIgnored(), p).outcome == "fail"
