@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from suite import oracle
 from suite.agreement import Comparison, compare
-from suite.cases import Case
 from suite.outputs import check_output
 from suite.plugin import Implementation, Result, Unsupported, call, expressible
 from suite.problem import Problem
@@ -254,10 +253,9 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
     return judge(impl, out, p, results[0])
 
 
-def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
-    """Run ``case`` on ``impl`` and classify the result."""
-    out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
-    return run_problem(impl, out, case.problem(), distinct_kv=case.distinct_kv)
+def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Any) -> Outcome:
+    """Run ``case`` (a ``suite.cases.Case``, of any family) on ``impl`` and classify it."""
+    return case.run(impl, Outcome(name, device, dtype, case.family, case.name, case.seed, "pass"))
 
 
 def merge_repeats(runs: Sequence[Outcome]) -> Outcome:
