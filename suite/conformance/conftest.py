@@ -21,9 +21,6 @@ from suite.plugin import Implementation
 from suite.timeouts import timed_out
 
 RECORDED = pytest.StashKey[bool]()
-# Tests named otherwise than their case (the test id is kept: records and known failures
-# match on it).
-RENAMED = {"causal_gradients": "causality"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,7 +52,7 @@ def _catalog_case(item: pytest.Item) -> Optional[Case]:
     """The case a test without a ``case`` parameter runs (test_NAME runs family/NAME)."""
     name = item.originalname.removeprefix("test_")
     try:
-        return catalog.get(family(item) or "", RENAMED.get(name, name))
+        return catalog.get(family(item) or "", catalog.RENAMED.get(name, name))
     except KeyError:
         return None
 
