@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from suite.check import Outcome, run_problem
-from suite.plugin import Implementation
+from suite.plugin import Implementation, declared
 from suite.problem import Mask, Problem, make_problem
 
 # A property judge: runs problem ``p`` on ``impl`` and classifies ``out`` (its seed is the
@@ -52,7 +52,7 @@ class Case:
 
     def problem_for(self, impl: Any) -> Problem:
         """The problem ``impl`` is given (the square one for ``kv_source="self"``)."""
-        if self.build_self is not None and getattr(impl, "kv_source", "") == "self":
+        if self.build_self is not None and declared(impl, "kv_source") == "self":
             return self.build_self(self.seed).validate(self.finite)
         return self.problem()
 

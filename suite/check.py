@@ -21,7 +21,7 @@ import numpy as np
 from suite import oracle
 from suite.agreement import Comparison, compare
 from suite.outputs import check_output
-from suite.plugin import Implementation, Result, Unsupported, call, expressible
+from suite.plugin import Implementation, Result, Unsupported, call, declared, expressible
 from suite.problem import Problem
 
 FAILED = ("fail", "error", "flaky")
@@ -75,7 +75,7 @@ def _num(x: Optional[float]) -> Optional[float]:
 
 
 def missing_features(impl: Implementation, p: Problem, extra: frozenset = frozenset()) -> list:
-    return sorted((p.features() | extra) - frozenset(getattr(impl, "features", ())))
+    return sorted((p.features() | extra) - frozenset(declared(impl, "features")))
 
 
 def error_text(exc: BaseException) -> str:
@@ -246,7 +246,7 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
         p = expressible(impl, p, distinct_kv=distinct_kv)  # the oracle judges what ran
     except Unsupported as exc:
         return out.classify("unsupported", str(exc))
-    with_weights = "weights" in getattr(impl, "features", ())
+    with_weights = "weights" in declared(impl, "features")
     results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
     if refused:
         return out.classify(*refused)

@@ -24,7 +24,7 @@ import numpy as np
 from suite.adapters import form_parts, with_form
 from suite.cases import Case
 from suite.check import Outcome, run_problem
-from suite.plugin import MASK_FORMS, Implementation
+from suite.plugin import MASK_FORMS, Implementation, declared
 from suite.problem import Mask, Problem, make_problem
 
 B, H, E = 2, 4, 16
@@ -52,7 +52,7 @@ class FormCase(Case):
 def _judge(form: str):
     def judge(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
         """The canonical problem ``p`` in form ``form``, against the oracle on ``p``."""
-        if form not in getattr(impl, "mask_forms", frozenset()):
+        if form not in declared(impl, "mask_forms"):
             return out.classify("unsupported", f"does not declare mask form {form}")
         return run_problem(impl, out, with_form(p, form))
     return judge

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional
 
 from suite import timing
 from suite.outputs import VERIFIED, check_output
-from suite.plugin import Implementation, Unsupported, array_library, expressible, interpreted
+from suite.plugin import Implementation, Unsupported, array_library, declared, expressible, interpreted
 from suite.point import MASK_FEATURE, Point
 from suite.timeouts import Timeout
 from suite.vocab import Status
@@ -124,7 +124,7 @@ def measure(impl: Implementation, name: str, point: Point, timer: Timer, *,
     lacks = missing(impl, point)
     if lacks:
         return Measurement(Status.UNSUPPORTED, f"needs {', '.join(lacks)}", info)
-    need = timing.predicted_bytes(point, getattr(impl, "memory_model", "quadratic"))
+    need = timing.predicted_bytes(point, declared(impl, "memory_model"))
     budget = budget_bytes(point.device, budget_gb)
     if budget is not None and need > budget:
         return Measurement(Status.SKIPPED, f"predicted {need / 2**30:.1f} GiB > budget "

@@ -278,9 +278,15 @@ def interpreted(device: str) -> bool:
     return device.endswith("-interpret")
 
 
+def declared(impl: Any, hook: str) -> Any:
+    """``impl``'s attribute ``hook``, or the default ``Implementation`` declares for it (a
+    plugin need not subclass it): the one copy of each default."""
+    return getattr(impl, hook, getattr(Implementation, hook))
+
+
 def array_library(impl: Implementation) -> str:
     """The array library ``impl`` computes with: its matmul peak and memory method."""
-    return getattr(impl, "array_library", "") or impl.framework
+    return declared(impl, "array_library") or impl.framework
 
 
 def compile_seconds(state: Any) -> Optional[float]:
@@ -298,9 +304,9 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
     three (``kv_source = "self"``) gets key = value = query, one without projection biases
     (``projection_bias = False``) gets none; ``distinct_kv`` says the
     problem is about key != value, which neither can express (``Unsupported``)."""
-    if not getattr(impl, "projection_bias", True):  # a bias-free module: no projection biases
+    if not declared(impl, "projection_bias"):  # a bias-free module: no projection biases
         problem = without_projection_biases(problem)
-    source = getattr(impl, "kv_source", "separate")
+    source = declared(impl, "kv_source")
     if source == "self":
         if problem.query is problem.key is problem.value:
             return problem
@@ -349,23 +355,23 @@ def check_interface(cls: type) -> None:
     if missing:
         raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
     for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS)):
-        value = getattr(cls, attr, getattr(Implementation, attr))
+        value = declared(cls, attr)
         if value not in allowed:
             raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "
                             f"got {value!r}")
-    if not isinstance(getattr(cls, "projection_bias", True), bool):
+    if not isinstance(declared(cls, "projection_bias"), bool):
         raise TypeError(f"{cls.__name__}.projection_bias: expected True or False, got "
                         f"{cls.projection_bias!r}")
-    unknown = set(getattr(cls, "features", ())) - FEATURES
+    unknown = set(declared(cls, "features")) - FEATURES
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
-    families = getattr(cls, "families", None)
+    families = declared(cls, "families")
     if families is not None and (isinstance(families, str)
                                  or not all(isinstance(f, str) for f in families)):
         raise TypeError(f"{cls.__name__}.families: expected None or a set of family names, "
                         f"got {families!r}")
-    forms = getattr(cls, "mask_forms", frozenset())
+    forms = declared(cls, "mask_forms")
     if isinstance(forms, str) or not all(isinstance(f, str) for f in forms):
         raise TypeError(f"{cls.__name__}.mask_forms: expected a set of form names, got {forms!r}")
     unknown = set(forms) - set(MASK_FORMS)

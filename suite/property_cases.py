@@ -19,7 +19,7 @@ from suite.agreement import ATOL, K_GRAD, compare, max_abs_err
 from suite.cases import Case, case
 from suite.check import Outcome, attempt
 from suite.oracle_grad import grads, naive_grads
-from suite.plugin import Implementation, expressible, without_projection_biases
+from suite.plugin import Implementation, declared, expressible, without_projection_biases
 from suite.problem import Mask, Problem, cotangent, make_problem
 
 CASES: List[Case] = []
@@ -27,7 +27,7 @@ CASES: List[Case] = []
 
 def _slack(impl: Implementation, p: Problem, dtype: str) -> float:
     """Two results each within the rule's bound of the oracle differ by at most twice it."""
-    if not getattr(impl, "projection_bias", True):  # the bound of the problem it was given
+    if not declared(impl, "projection_bias"):  # the bound of the problem it was given
         p = without_projection_biases(p)
     ref, _ = oracle.oracle(p)
     c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype)], dtype)
@@ -131,7 +131,7 @@ _INPUTS = {"separate": ("query", "key", "value"), "shared": ("query", "key"), "s
 
 
 def _inputs(impl: Implementation) -> Tuple[str, ...]:
-    return _INPUTS[getattr(impl, "kv_source", "separate")]
+    return _INPUTS[declared(impl, "kv_source")]
 
 
 def _reference(impl: Implementation, p: Problem, dtype: str

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from suite import cache
 from suite.environment import library_versions
-from suite.plugin import Implementation, Unavailable, array_library, check_interface
+from suite.plugin import Implementation, Unavailable, array_library, check_interface, declared
 
 ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
@@ -112,7 +112,7 @@ class Description:
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
                    {b: d.policy for b, d in impl.deviations.items()},
                    "" if arrays == impl.framework else arrays,
-                   getattr(impl, "kv_source", "separate"))
+                   declared(impl, "kv_source"))
 
 
 class Entry:
@@ -377,7 +377,7 @@ class Registry:
             name = _name_of(c)
             old = self._entries.get(name)
             if old is not None and old.source == "builtin" and name not in replace \
-                    and not getattr(c, "replaces_builtin", False):
+                    and not declared(c, "replaces_builtin"):
                 raise PluginError(f"--plugin {spec}: {name!r} is a built-in's name; rename "
                                   f"the class, or replace the built-in on purpose with "
                                   f"--replace-builtin {name}")

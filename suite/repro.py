@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from suite import catalog, measure, oracle
-from suite.plugin import Unsupported, expressible
+from suite.plugin import Unsupported, declared, expressible
 from suite.problem import Mask, Problem, Weights
 
 CASE_ID = re.compile(r"^(?:(?P<test>test_[a-z_]+)\[)?(?P<impl>.+?)-"
@@ -254,7 +254,7 @@ def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> Li
     script.write_text(REPLAY.format(impl=impl.name, plugins=_plugin_specs(plugins), **{
         k: parts[k] for k in ("device", "dtype", "family", "case")}))
     written = [script, saved]
-    if getattr(impl, "repro_code", None) and case.judge is None:
+    if declared(impl, "repro_code") and case.judge is None:
         written[1:1] = _write_standalone(impl, problem, parts, out)
     return written
 

@@ -17,7 +17,7 @@ from suite import catalog
 from suite.cases import Case
 from suite.check import FAILED, Outcome, error_text, merge_repeats
 from suite.conformance_session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
-from suite.plugin import Implementation
+from suite.plugin import Implementation, declared
 from suite.timeouts import timed_out
 
 RECORDED = pytest.StashKey[bool]()
@@ -84,7 +84,7 @@ def conform(request: pytest.FixtureRequest, target):
                  judge: Callable[[Implementation, Outcome], Outcome]) -> None:
         __tracebackhide__ = True
         runs, impl = [], entry.impl
-        families = getattr(impl, "families", None)
+        families = declared(impl, "families")
         if families is not None and family not in families:  # a variant's declared subset
             out = Outcome(entry.name, device, dtype, family, name, seed, "pass")
             _record(request, out.classify("unsupported", f"{entry.name} runs the families "
