@@ -23,8 +23,9 @@ from suite.agreement import Comparison, compare
 from suite.outputs import check_output
 from suite.plugin import Implementation, Result, Unsupported, call, declared, expressible
 from suite.problem import Problem
+from suite.vocab import FAILED_OUTCOMES
 
-FAILED = ("fail", "error", "flaky")
+FAILED = FAILED_OUTCOMES  # str enums: equal to the strings records hold
 
 
 @dataclasses.dataclass
