@@ -49,10 +49,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def _catalog_case(item: pytest.Item) -> Optional[Case]:
-    """The case a test without a ``case`` parameter runs (test_NAME runs family/NAME)."""
-    name = item.originalname.removeprefix("test_")
+    """The case a test without a ``case`` parameter runs (``test_repeatable`` runs
+    properties/repeatable), or None (the Hypothesis family draws its problems)."""
     try:
-        return catalog.get(family(item) or "", catalog.RENAMED.get(name, name))
+        return catalog.get(*catalog.from_test(item.originalname, None))
     except KeyError:
         return None
 
