@@ -12,6 +12,8 @@ import pandas as pd
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.records import Document, machine_ids, run_facts
+from suite.vocab import OUTCOME_ORDER as WORST_FIRST
+from suite.vocab import Outcome as V
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,15 @@ class Outcome:
     summary: str  # the headline's count of implementations whose worst outcome it is
 
 
-# The report's one vocabulary of outcomes, worst first.
-OUTCOMES = (Outcome("fail", "FAIL", "fails", "fail"),
-            Outcome("error", "ERROR", "raises an error in", "raise errors"),
-            Outcome("flaky", "FLAKY", "flaky in", "flaky"),
-            Outcome("known_failure", "known failure", "known failures:", "with known failures"),
-            Outcome("deviation", "deviation", "deviates as declared", "deviate as declared"),
-            Outcome("unsupported", "unsupported", "unsupported", "not available or no case run"),
-            Outcome("pass", "pass", "conforms", "conform"))
+# The report's words for suite.vocab's outcomes, worst first.
+_WORDING = {V.FAIL: ("FAIL", "fails", "fail"),
+            V.ERROR: ("ERROR", "raises an error in", "raise errors"),
+            V.FLAKY: ("FLAKY", "flaky in", "flaky"),
+            V.KNOWN_FAILURE: ("known failure", "known failures:", "with known failures"),
+            V.DEVIATION: ("deviation", "deviates as declared", "deviate as declared"),
+            V.UNSUPPORTED: ("unsupported", "unsupported", "not available or no case run"),
+            V.PASS: ("pass", "conforms", "conform")}
+OUTCOMES = tuple(Outcome(o.value, *_WORDING[o]) for o in WORST_FIRST)
 OUTCOME = {o.name: o for o in OUTCOMES}
 OUTCOME_ORDER = [o.name for o in OUTCOMES]
 SHORT = {o.name: o.cell for o in OUTCOMES}

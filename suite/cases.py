@@ -1,31 +1,47 @@
 """The shared conformance cases, declared as data: family, name, how to build the problem.
 
-Every case builds its problem from a seed derived from its name, so a failing
-test id (``test_masking.py::test_case[numpy-cpu-float32-causal_top_left]``)
-replays exactly the same arrays.
+Every case builds its problem from a seed derived from its family and name (never from its
+position in a list), so a failing test id
+(``test_agreement.py::test_case[numpy-cpu-float32-masking/causal]``) replays exactly the
+same arrays, and adding a case changes no other case's arrays. One ``Case`` type serves
+every family with fixed inputs: the agreement families here (the problem against the float64
+oracle under the agreement rule), the mask forms (``suite.mask_forms``) and the property and
+gradient cases (``suite.property_cases``), whose ``judge`` checks a property instead;
+``suite.catalog`` lists them all for ``mha-suite repro`` and the conformance tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from suite.check import Outcome, run_problem
+from suite.plugin import Implementation, declared
 from suite.problem import Mask, Problem, make_problem
+
+# A property judge: runs problem ``p`` on ``impl`` and classifies ``out`` (its seed is the
+# case's); the agreement judge is ``suite.check.run_problem``.
+Judge = Callable[[Implementation, Outcome, Problem], Outcome]
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    family: str  # masking, shapes, numerics, properties
+    family: str  # masking, shapes, numerics, tiles, special_values, mask_forms, properties, ...
     name: str
-    build: Callable[[int], Problem]
+    build: Callable[[int], Problem]  # seed -> problem
     doc: str = ""
     # The case is about key != value: unsupported for a plugin with one key/value source.
     distinct_kv: bool = False
     # False: the problem puts NaN or inf in query, key or value on purpose (special values).
     finite: bool = True
+    # None: the agreement rule against the float64 oracle; else a property judge.
+    judge: Optional[Judge] = None
+    # seed -> the square problem (Lq == Lk) for a plugin with one input for query, key and
+    # value (``kv_source="self"``); None: ``build``'s problem (``expressible`` adapts it).
+    build_self: Optional[Callable[[int], Problem]] = None
 
     @property
     def seed(self) -> int:
@@ -34,15 +50,35 @@ class Case:
     def problem(self) -> Problem:
         return self.build(self.seed).validate(self.finite)
 
+    def problem_for(self, impl: Any) -> Problem:
+        """The problem ``impl`` is given (the square one for ``kv_source="self"``)."""
+        if self.build_self is not None and declared(impl, "kv_source") == "self":
+            return self.build_self(self.seed).validate(self.finite)
+        return self.problem()
+
+    def judge_problem(self, impl: Implementation, out: Outcome, p: Problem) -> Outcome:
+        """Run problem ``p`` (this case's, or the same arrays loaded by a reproducer) on
+        ``impl`` and classify ``out``."""
+        if self.judge is None:
+            return run_problem(impl, out, p, distinct_kv=self.distinct_kv)
+        return self.judge(impl, out, p)
+
+    def run(self, impl: Implementation, out: Outcome) -> Outcome:
+        """Run the case on ``impl`` and classify ``out`` (the conformance tests' judge)."""
+        return self.judge_problem(impl, out, self.problem_for(impl))
+
 
 CASES: List[Case] = []
 
 
-def case(family: str, name: str, *, distinct_kv: bool = False, finite: bool = True):
-    """Register a case; which declarable behaviours its problem exhibits is read from the
-    problem itself (``suite.check.behaviours``), never from a tag."""
+def case(family: str, name: str, *, distinct_kv: bool = False, finite: bool = True,
+         judge: Optional[Judge] = None, into: Optional[List[Case]] = None):
+    """Register a case in ``into`` (default ``CASES``, the agreement cases); which
+    declarable behaviours its problem exhibits is read from the problem itself
+    (``suite.check.behaviours``), never from a tag."""
     def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
-        CASES.append(Case(family, name, fn, (fn.__doc__ or "").strip(), distinct_kv, finite))
+        (CASES if into is None else into).append(
+            Case(family, name, fn, (fn.__doc__ or "").strip(), distinct_kv, finite, judge))
         return fn
     return deco
 

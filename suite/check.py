@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from suite import oracle
 from suite.agreement import Comparison, compare
-from suite.cases import Case
 from suite.outputs import check_output
 from suite.plugin import (
     Deviation,
@@ -28,12 +27,14 @@ from suite.plugin import (
     Result,
     Unsupported,
     call,
+    declared,
     deviations_for,
     expressible,
 )
 from suite.problem import Problem
+from suite.vocab import FAILED_OUTCOMES
 
-FAILED = ("fail", "error", "flaky")
+FAILED = FAILED_OUTCOMES  # str enums: equal to the strings records hold
 
 
 @dataclasses.dataclass
@@ -84,7 +85,7 @@ def _num(x: Optional[float]) -> Optional[float]:
 
 
 def missing_features(impl: Implementation, p: Problem, extra: frozenset = frozenset()) -> list:
-    return sorted((p.features() | extra) - frozenset(getattr(impl, "features", ())))
+    return sorted((p.features() | extra) - frozenset(declared(impl, "features")))
 
 
 def error_text(exc: BaseException) -> str:
@@ -255,17 +256,16 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
         p = expressible(impl, p, distinct_kv=distinct_kv)  # the oracle judges what ran
     except Unsupported as exc:
         return out.classify("unsupported", str(exc))
-    with_weights = "weights" in getattr(impl, "features", ())
+    with_weights = "weights" in declared(impl, "features")
     results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
     if refused:
         return out.classify(*refused)
     return judge(impl, out, p, results[0])
 
 
-def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Case) -> Outcome:
-    """Run ``case`` on ``impl`` and classify the result."""
-    out = Outcome(name, device, dtype, case.family, case.name, case.seed, "pass")
-    return run_problem(impl, out, case.problem(), distinct_kv=case.distinct_kv)
+def run_case(impl: Implementation, name: str, device: str, dtype: str, case: Any) -> Outcome:
+    """Run ``case`` (a ``suite.cases.Case``, of any family) on ``impl`` and classify it."""
+    return case.run(impl, Outcome(name, device, dtype, case.family, case.name, case.seed, "pass"))
 
 
 def merge_repeats(runs: Sequence[Outcome]) -> Outcome:

@@ -191,7 +191,7 @@ def _check_folder(out: Path, argument: str) -> None:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    """Write a standalone reproducer of one conformance case (suite.repro)."""
+    """Write a reproducer of one conformance case (suite.repro)."""
     from suite import repro
 
     try:
@@ -202,12 +202,17 @@ def cmd_repro(args: argparse.Namespace) -> int:
             raise CLIError(f"{entry.name} is unavailable here: {entry.error}")
         out = Path(args.out or Path("repro") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.case_id))
         _check_folder(out, "--out")
-        script, inputs = repro.write(entry.impl, args.case_id, out)
+        written = repro.write(entry.impl, args.case_id, out, args.plugin or [])
     except repro.ReproError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:  # the folder changed under us (full disk, removed)
         raise CLIError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
-    print(f"reproducer: {script}  (inputs: {inputs})\nrun it: python {script}")
+    for path in written:
+        if path.suffix == ".py":
+            what = ("the library alone, for an upstream report" if path.name == "repro.py"
+                    else "the plugin on the saved problem, with the verdict")
+            print(f"reproducer: {path}  ({what}); run it: python {path}")
+    print(f"inputs: {', '.join(str(p) for p in written if p.suffix == '.npz')}")
     return 0
 
 
@@ -314,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_arguments(p)
     p.set_defaults(func=report_cli.run)
 
-    p = sub.add_parser("repro", help="write a standalone reproducer of one conformance case")
+    p = sub.add_parser("repro", help="write a reproducer of one conformance case (any plugin)")
     p.add_argument("case_id", metavar="CASE_ID",
                    help="IMPL-DEVICE-DTYPE-FAMILY/CASE, as in a test id "
                         "(e.g. torch.flex-cpu-float32-shapes/no_projection_bias)")

@@ -76,13 +76,15 @@ def family(item: pytest.Item) -> Optional[str]:
 
 
 def case_name(item: pytest.Item) -> str:
-    """The case a conformance test runs: its case's name, its ``name`` parameter, else its
-    function's name without ``test_``."""
+    """The case a conformance test runs: its case's name, else the one its function's name
+    says (``suite.catalog.from_test``)."""
+    from suite.catalog import from_test
+
     params = item.callspec.params
     case = params.get("case")
     if case is not None:
         return case.name
-    return str(params["name"]) if "name" in params else item.originalname.removeprefix("test_")
+    return from_test(item.originalname, str(params["name"]) if "name" in params else None)[1]
 
 
 def is_worker(config: pytest.Config) -> bool:

@@ -29,7 +29,7 @@ from suite import oracle
 from suite.agreement import compare
 from suite.cases import CASES, Case
 from suite.check import FAILED, Outcome, judge
-from suite.plugin import Implementation, Result, call, expressible
+from suite.plugin import Implementation, Result, call, declared, expressible
 
 FAMILIES = ("masking", "shapes", "numerics")  # the agreement cases
 REFERENCE = ("numpy", "torch.eager", "torch.sdpa", "jax.jit")  # correct by assumption
@@ -59,7 +59,7 @@ def _fast_pass(impl: Implementation, p, res: Result, ref, model, dtype: str) -> 
     ref_out, ref_w = ref
     if not compare("output", res.output, ref_out, [], dtype, model=model[0]).passed:
         return False
-    if "weights" in getattr(impl, "features", ()):
+    if "weights" in declared(impl, "features"):
         return res.attn_weights is not None and compare(
             "weights", res.attn_weights, ref_w, [], dtype, model=model[1]).passed
     return True
@@ -76,7 +76,7 @@ def sweep_case(case: Case, impls: Dict[str, Implementation], seeds: int,
         ref, model = oracle.oracle(base), oracle.first_order(base, dtype)
         for n, impl in impls.items():
             p = expressible(impl, base, distinct_kv=case.distinct_kv)
-            weights = "weights" in getattr(impl, "features", ())
+            weights = "weights" in declared(impl, "features")
             res = call(impl, p, "cpu", dtype, need_weights=weights)
             t = tallies[n]
             t.seeds += 1

@@ -16,13 +16,15 @@ block). A plugin whose library takes one input for query, key and value
 from __future__ import annotations
 
 import dataclasses
-import zlib
+import functools
 from typing import List
 
 import numpy as np
 
-from suite.adapters import form_parts
-from suite.plugin import MASK_FORMS
+from suite.adapters import form_parts, with_form
+from suite.cases import Case
+from suite.check import Outcome, run_problem
+from suite.plugin import MASK_FORMS, Implementation, declared
 from suite.problem import Mask, Problem, make_problem
 
 B, H, E = 2, 4, 16
@@ -34,28 +36,32 @@ _PATTERN = {"BHLS": "BHLS", "B1LS": "B1LS", "11LS": "11LS", "B11S": "B11S", "BHL
             "LS": "11LS", "BLS": "B1LS", "BHxLS": "BHLS"}
 
 
-@dataclasses.dataclass(frozen=True)
-class FormCase:
-    """The case of mask form ``form``: its canonical problem, built from its seed."""
-
-    form: str
-    family: str = "mask_forms"
+class FormCase(Case):
+    """The case of mask form ``form`` (its name): its canonical problem, built from its seed,
+    given to the plugin in that form."""
 
     @property
-    def name(self) -> str:
-        return self.form
-
-    @property
-    def doc(self) -> str:
-        return MASK_FORMS[self.form]
-
-    @property
-    def seed(self) -> int:
-        return zlib.crc32(f"{self.family}/{self.form}".encode())
+    def form(self) -> str:
+        return self.name
 
     def problem(self, self_attention: bool = False) -> Problem:
         """The problem (L = S and query = key = value when ``self_attention``)."""
         return build(self.form, self.seed, self_attention).validate()
+
+
+def _judge(form: str):
+    def judge(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
+        """The canonical problem ``p`` in form ``form``, against the oracle on ``p``."""
+        if form not in declared(impl, "mask_forms"):
+            return out.classify("unsupported", f"does not declare mask form {form}")
+        return run_problem(impl, out, with_form(p, form))
+    return judge
+
+
+def _case(form: str) -> FormCase:
+    return FormCase("mask_forms", form, functools.partial(build, form), MASK_FORMS[form],
+                    judge=_judge(form),
+                    build_self=functools.partial(build, form, self_attention=True))
 
 
 def _attn_mask(rng: np.random.Generator, kind: str, shape: str, Lq: int, Sk: int) -> Mask:
@@ -104,4 +110,4 @@ def build(form: str, seed: int, self_attention: bool = False) -> Problem:
     return make_problem(seed, B, Lq, Sk, E, H, mask=mask, self_attention=self_attention)
 
 
-CASES: List[FormCase] = [FormCase(f) for f in MASK_FORMS]
+CASES: List[FormCase] = [_case(f) for f in MASK_FORMS]

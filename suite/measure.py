@@ -20,6 +20,7 @@ from suite.plugin import (
     Implementation,
     Unsupported,
     array_library,
+    declared,
     expressible,
     grouped_for,
     interpreted,
@@ -133,7 +134,7 @@ def measure(impl: Implementation, name: str, point: Point, timer: Timer, *,
     lacks = missing(impl, point)
     if lacks:
         return Measurement(Status.UNSUPPORTED, f"needs {', '.join(lacks)}", info)
-    need = timing.predicted_bytes(point, getattr(impl, "memory_model", "quadratic"))
+    need = timing.predicted_bytes(point, declared(impl, "memory_model"))
     budget = budget_bytes(point.device, budget_gb)
     if budget is not None and need > budget:
         return Measurement(Status.SKIPPED, f"predicted {need / 2**30:.1f} GiB > budget "

@@ -41,10 +41,11 @@ library takes them (nothing the library broadcasts is materialised), from
 ``suite.adapters.form_mask(problem, ...)``. The default declares none: the family reports
 unsupported and every other case runs the plugin's usual translation.
 
-The other attributes and hooks (``array_library``, ``kv_source``, ``kv_grouping``, ``memory_model``,
-``repeat_kv``, ``replaces_builtin``, ``repro_code``, ``after_prepare``) are declared on
-``Implementation`` with their defaults and what reads them; ``suite.adapters`` translates
-the canonical problem (masks, weight layouts, gradient names) into a library's terms.
+The other attributes and hooks (``array_library``, ``kv_source``, ``kv_grouping``,
+``projection_bias``, ``memory_model``, ``repeat_kv``, ``replaces_builtin``, ``repro_code``,
+``after_prepare``) are declared on ``Implementation`` with their defaults and what reads
+them; ``suite.adapters`` translates the canonical problem (masks, weight layouts, gradient
+names) into a library's terms.
 """
 
 from __future__ import annotations
@@ -231,6 +232,10 @@ class Implementation:
     # it is given problems with key = value = query (Lq == Lk), and its one gradient is
     # returned under "query".
     kv_source: ClassVar[str] = "separate"
+    # Whether the module's q/k/v/o projections add biases. False (a Llama-style module whose
+    # linear layers have none): every case and Hypothesis example is given to the plugin
+    # without projection biases (``expressible``), and the oracle judges what it was given.
+    projection_bias: ClassVar[bool] = True
     # The sweep's memory prediction: "quadratic" (a (B, H, L, S) score array is live) or
     # "linear" (tiled kernels that never hold one); points predicted not to fit are skipped.
     memory_model: ClassVar[str] = "quadratic"
@@ -320,9 +325,15 @@ def interpreted(device: str) -> bool:
     return device.endswith("-interpret")
 
 
+def declared(impl: Any, hook: str) -> Any:
+    """``impl``'s attribute ``hook``, or the default ``Implementation`` declares for it (a
+    plugin need not subclass it): the one copy of each default."""
+    return getattr(impl, hook, getattr(Implementation, hook))
+
+
 def array_library(impl: Implementation) -> str:
     """The array library ``impl`` computes with: its matmul peak and memory method."""
-    return getattr(impl, "array_library", "") or impl.framework
+    return declared(impl, "array_library") or impl.framework
 
 
 def compile_seconds(state: Any) -> Optional[float]:
@@ -337,9 +348,12 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
                 ) -> Problem:
     """``problem`` as ``impl`` can take it: a plugin with one key/value source
     (``kv_source = "shared"``) gets value = key (the same array), one with one input for all
-    three (``kv_source = "self"``) gets key = value = query; ``distinct_kv`` says the
+    three (``kv_source = "self"``) gets key = value = query, one without projection biases
+    (``projection_bias = False``) gets none; ``distinct_kv`` says the
     problem is about key != value, which neither can express (``Unsupported``)."""
-    source = getattr(impl, "kv_source", "separate")
+    if not declared(impl, "projection_bias"):  # a bias-free module: no projection biases
+        problem = without_projection_biases(problem)
+    source = declared(impl, "kv_source")
     if source == "self":
         if problem.query is problem.key is problem.value:
             return problem
@@ -356,6 +370,15 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
         raise Unsupported("needs key != value; the plugin takes one key/value source "
                           "(kv_source='shared')")
     return dataclasses.replace(problem, value=problem.key)
+
+
+def without_projection_biases(problem: Problem) -> Problem:
+    """``problem`` with no q/k/v/o projection biases (the same arrays otherwise)."""
+    w = problem.weights
+    if w.b_q is None and w.b_k is None and w.b_v is None and w.b_o is None:
+        return problem
+    weights = dataclasses.replace(w, b_q=None, b_k=None, b_v=None, b_o=None)
+    return dataclasses.replace(problem, weights=weights)
 
 
 def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
@@ -454,20 +477,23 @@ def check_interface(cls: type) -> None:
         raise TypeError(f"{cls.__name__} does not implement {', '.join(missing)}")
     for attr, allowed in (("kv_source", KV_SOURCES), ("memory_model", MEMORY_MODELS),
                           ("kv_grouping", KV_GROUPINGS)):
-        value = getattr(cls, attr, getattr(Implementation, attr))
+        value = declared(cls, attr)
         if value not in allowed:
             raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "
                             f"got {value!r}")
-    unknown = set(getattr(cls, "features", ())) - FEATURES
+    if not isinstance(declared(cls, "projection_bias"), bool):
+        raise TypeError(f"{cls.__name__}.projection_bias: expected True or False, got "
+                        f"{cls.projection_bias!r}")
+    unknown = set(declared(cls, "features")) - FEATURES
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
-    families = getattr(cls, "families", None)
+    families = declared(cls, "families")
     if families is not None and (isinstance(families, str)
                                  or not all(isinstance(f, str) for f in families)):
         raise TypeError(f"{cls.__name__}.families: expected None or a set of family names, "
                         f"got {families!r}")
-    forms = getattr(cls, "mask_forms", frozenset())
+    forms = declared(cls, "mask_forms")
     if isinstance(forms, str) or not all(isinstance(f, str) for f in forms):
         raise TypeError(f"{cls.__name__}.mask_forms: expected a set of form names, got {forms!r}")
     unknown = set(forms) - set(MASK_FORMS)

@@ -31,6 +31,7 @@ from suite.plugin import (
     Unavailable,
     array_library,
     check_interface,
+    declared,
     policy_text,
 )
 
@@ -121,7 +122,7 @@ class Description:
                    {d: list(impl.dtypes(d)) for d in devices}, sorted(impl.features),
                    {b: policy_text(d) for b, d in impl.deviations.items()},
                    "" if arrays == impl.framework else arrays,
-                   getattr(impl, "kv_source", "separate"))
+                   declared(impl, "kv_source"))
 
 
 class Entry:

@@ -1,34 +1,42 @@
-"""``mha-suite repro CASE_ID``: a standalone reproducer of one conformance case, for an upstream
-bug report.
+"""``mha-suite repro CASE_ID``: a reproducer of one conformance case, for any plugin and any
+case with fixed inputs (``suite.catalog``), written to an output folder:
 
-It runs the case's problem through the plugin once, capturing the arrays the plugin hands
-to the library (per-head q, k, v, the mask as ``allowed`` and ``bias``, the scale), and
-writes two files to the output folder:
+- ``problem.npz`` and ``replay.py``, for every plugin: the case's problem as the plugin is
+  given it (inputs, weights, mask, scale) and the float64 oracle's output for it; the script
+  loads the plugin (a built-in name, ``module:Class`` or a plugin file, as on the command
+  line) and the saved problem, runs the case's judge on it (the agreement rule, or the
+  case's property), compares the plugin's output with the saved oracle output and prints
+  the verdict. It needs mha-suite installed, not the test suite.
+- ``repro.py`` and ``inputs.npz``, also, for an agreement case of a plugin that declares
+  ``repro_code`` (a function ``attend(q, k, v, allowed, bias, scale)`` over NumPy arrays) and
+  adapts a torch kernel (``TorchCore.attend``): the arrays the plugin hands to the library
+  (per-head q, k, v, the mask as ``allowed`` and ``bias``, the scale), the oracle's head
+  outputs and the same-dtype plain algorithm's error, and a script that imports only NumPy
+  and the library: ready for an upstream bug report.
 
-- ``inputs.npz``: those arrays, the float64 oracle's head outputs for them, and the
-  same-dtype plain algorithm's error (the best the dtype allows);
-- ``repro.py``: a short script that imports only NumPy and the library, calls it on the
-  saved arrays the way the plugin does (the plugin's ``repro_code``), and prints the max abs
-  error against the oracle's heads.
-
-Only plugins that declare ``repro_code`` (a function ``attend(q, k, v, allowed, bias,
-scale)`` over NumPy arrays) and adapt a torch kernel (``TorchCore.attend``) can be captured.
+The Hypothesis family draws its problems, so it has no reproducer (replay it with
+``mha-suite check -k random_shapes``, derandomised; ``--repeat N`` for flakiness).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from suite import cases, measure, oracle
+from suite import catalog, measure, oracle
+from suite.plugin import Unsupported, declared, expressible
+from suite.problem import Mask, Problem, Weights
 
-CASE_ID = re.compile(r"^(?:test_case\[)?(?P<impl>.+?)-(?P<device>cpu|cuda(?::\d+)?)-"
-                     r"(?P<dtype>float64|float32|float16|bfloat16)-(?P<family>[a-z_]+)/"
-                     r"(?P<case>[a-z0-9_]+)\]?$")
+CASE_ID = re.compile(r"^(?:(?P<test>test_[a-z_]+)\[)?(?P<impl>.+?)-"
+                     r"(?P<device>cpu(?:-interpret)?|cuda(?::\d+)?)-"
+                     r"(?P<dtype>float64|float32|float16|bfloat16)"
+                     r"(?:-(?:(?P<family>[a-z_]+)/)?(?P<case>[A-Za-z0-9_+]+))?\]?$")
 
 SCRIPT = '''\
 """Reproducer: {impl} ({library}) on case {family}/{case}, {dtype} on {device}.
@@ -65,17 +73,24 @@ class ReproError(ValueError):
 
 
 def parse(case_id: str) -> Dict[str, str]:
-    """'torch.flex-cpu-float32-shapes/no_projection_bias' (or the test id) -> its parts."""
+    """'torch.flex-cpu-float32-shapes/no_projection_bias', or a test id
+    ('test_repeatable[numpy-cpu-float32]', 'test_gradient[torch.eager-cpu-float32-plain]')
+    -> its parts: impl, device, dtype, family, case."""
     m = CASE_ID.match(case_id.strip())
     if not m:
         raise ReproError(f"case id: expected IMPL-DEVICE-DTYPE-FAMILY/CASE as in a test id, "
                          f"e.g. torch.flex-cpu-float32-shapes/no_projection_bias; got {case_id!r}")
-    parts = m.groupdict()
+    parts = {k: v for k, v in m.groupdict().items() if k != "test"}
+    if parts["family"] is None:  # a test id of a test that runs one case by its own name
+        parts["family"], parts["case"] = catalog.from_test(m["test"] or "", parts["case"])
+    if parts["family"] in catalog.DRAWN:
+        raise ReproError(f"case: {parts['family']}/{parts['case']} "
+                         f"{catalog.DRAWN[parts['family']]}; no reproducer can be written")
     try:
-        cases.get(parts["family"], parts["case"])
+        catalog.get(parts["family"], parts["case"])
     except KeyError:
-        known = sorted(f"{c.family}/{c.name}" for c in cases.CASES)
-        raise ReproError(f"case: expected one of the masking, shapes and numerics cases "
+        known = sorted(f"{c.family}/{c.name}" for c in catalog.ALL)
+        raise ReproError(f"case: expected one of the cases with fixed inputs "
                          f"({', '.join(known)}); got {parts['family']}/{parts['case']}") from None
     return parts
 
@@ -113,20 +128,146 @@ def capture(impl: Any, problem: Any, device: str, dtype: str) -> Dict[str, np.nd
     return seen
 
 
-def write(impl: Any, case_id: str, out: Path) -> Tuple[Path, Path]:
-    """Write ``repro.py`` and ``inputs.npz`` for ``case_id`` into folder ``out``."""
+REPLAY = '''\
+"""Replay: {impl} on case {family}/{case}, {dtype} on {device}.
+
+Written by `mha-suite repro`; needs mha-suite and the plugin's library. problem.npz holds
+the case's problem exactly as the plugin is given it, and the float64 oracle's output.
+Run it as `python replay.py`; it prints the verdict and exits 1 when the case fails.
+"""
+from pathlib import Path
+
+from suite import repro
+
+IMPL = {impl!r}  # a built-in's name, or the name of a class in PLUGINS
+PLUGINS = {plugins!r}  # --plugin specs: module:Class or a plugin file
+raise SystemExit(repro.replay(Path(__file__).with_name("problem.npz"), IMPL, PLUGINS,
+                              {device!r}, {dtype!r}, {family!r}, {case!r}))
+'''
+
+
+def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
+    """Write problem ``p`` (and ``extra`` arrays) to ``path`` (.npz), keeping which inputs
+    are one array (self-attention, one key/value source)."""
+    arrays: Dict[str, Any] = {"query": p.query, "key": p.key, "value": p.value,
+                              "key_is_query": p.key is p.query, "value_is_key": p.value is p.key,
+                              "num_heads": p.num_heads, "causal": p.mask.causal,
+                              "causal_align": p.mask.causal_align}
+    arrays.update({k: v for k, v in p.weights.as_dict().items() if v is not None})
+    for name, value in (("num_kv_heads", p.num_kv_heads), ("scale", p.scale),
+                        ("grad_output", p.grad_output), ("valid_lens", p.mask.valid_lens),
+                        ("allowed", p.mask.allowed), ("bias", p.mask.bias)):
+        if value is not None:
+            arrays[name] = value
+    np.savez(path, **arrays, **extra)
+
+
+def load_problem(path: Path) -> Tuple[Problem, Dict[str, np.ndarray]]:
+    """The problem saved by ``save_problem`` and the extra arrays saved beside it."""
+    with np.load(path) as data:
+        d = {k: data[k] for k in data.files}
+    query = d.pop("query")
+    key = query if d.pop("key_is_query") else d.pop("key")
+    value = key if d.pop("value_is_key") else d.pop("value")
+    d.pop("key", None), d.pop("value", None)
+    weights = Weights(**{f.name: d.pop(f.name, None) for f in dataclasses.fields(Weights)})
+    mask = Mask(valid_lens=d.pop("valid_lens", None), causal=bool(d.pop("causal")),
+                causal_align=str(d.pop("causal_align")), allowed=d.pop("allowed", None),
+                bias=d.pop("bias", None))
+    kv = d.pop("num_kv_heads", None)
+    scale = d.pop("scale", None)
+    p = Problem(query, key, value, weights, int(d.pop("num_heads")),
+                None if kv is None else int(kv), mask, None if scale is None else float(scale),
+                d.pop("grad_output", None))
+    return p, d
+
+
+def load_plugin(name: str, plugins: Sequence[str] = ()) -> Any:
+    """Implementation ``name`` from the built-ins, the installed plugins and ``plugins``
+    (``--plugin`` specs); ReproError in one line when it is unknown or unavailable."""
+    from suite import registry
+
+    try:
+        reg = registry.build(plugins=plugins)
+        entry = reg.select([name], available_only=False)[0]
+    except (registry.PluginError, registry.UnknownImplementation) as exc:
+        raise ReproError(str(exc).strip("\"'")) from None
+    if not entry.available:
+        raise ReproError(f"{entry.name} is unavailable here: {entry.error}")
+    return entry.impl
+
+
+def replay(path: Path, impl_name: str, plugins: Sequence[str], device: str, dtype: str,
+           family: str, name: str) -> int:
+    """Run case ``family/name`` on the saved problem at ``path``, print the verdict and the
+    error against the saved oracle output; 1 when the case fails or errs, else 0."""
+    from suite.check import FAILED, Outcome, attempt
+
+    impl = load_plugin(impl_name, plugins)
+    case = catalog.get(family, name)
+    p, saved = load_problem(path)
+    out = case.judge_problem(impl, Outcome(impl_name, device, dtype, family, name, case.seed,
+                                           "pass"), p)
+    print(f"{impl_name} on {device}/{dtype}, case {family}/{name}: {out.outcome}"
+          + (f": {out.reason}" if out.reason else ""))
+    worst = out.worst()
+    if worst is not None:
+        print(f"  closest to its bound: {worst.describe()}")
+    results, refused = attempt(impl, [p], device, dtype)
+    if refused:
+        print(f"  output vs the saved float64 oracle: not run ({refused[0]}: {refused[1]})")
+    else:
+        got = np.asarray(results[0].output, np.float64)  # (B, L, E)
+        err = np.abs(got - saved["expected"])
+        worst_err = float(np.nanmax(err)) if not np.isnan(err).all() else float("nan")
+        print(f"  output vs the saved float64 oracle: max abs error {worst_err:.3g}, "
+              f"{int(np.isnan(got).sum())} NaN of {got.size}")
+    return 1 if out.outcome in FAILED else 0
+
+
+def _plugin_specs(plugins: Sequence[str]) -> List[str]:
+    """--plugin specs that load from any folder: a plugin file's path made absolute."""
+    out = []
+    for spec in plugins:
+        m = re.match(r"^(?P<path>.+\.py)(?P<cls>:\w+)?$", spec)
+        if m and os.path.exists(m["path"]):
+            spec = str(Path(m["path"]).resolve()) + (m["cls"] or "")
+        out.append(spec)
+    return out
+
+
+def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> List[Path]:
+    """Write the reproducer of ``case_id`` on ``impl`` into folder ``out``: ``replay.py`` and
+    ``problem.npz`` always, ``repro.py`` and ``inputs.npz`` where the plugin declares
+    ``repro_code``; the paths written, scripts first."""
     parts = parse(case_id)
-    code = getattr(impl, "repro_code", None)
-    if not code:
-        raise ReproError(f"{impl.name} has no standalone reproducer (it declares no "
-                         f"repro_code); replay the case with mha-suite check -k instead")
-    problem = cases.get(parts["family"], parts["case"]).problem()
+    case = catalog.get(parts["family"], parts["case"])
+    problem = case.problem_for(impl)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "problem.npz"
+    try:  # the oracle's output for what the plugin runs (one key/value source: value = key)
+        expected = oracle.oracle(expressible(impl, problem))[0]  # (B, L, E)
+    except Unsupported:  # a problem the plugin cannot express: the verdict says so
+        expected = np.full((problem.B, problem.L, problem.E), np.nan)
+    save_problem(saved, problem, expected=expected)
+    script = out / "replay.py"
+    script.write_text(REPLAY.format(impl=impl.name, plugins=_plugin_specs(plugins), **{
+        k: parts[k] for k in ("device", "dtype", "family", "case")}))
+    written = [script, saved]
+    if declared(impl, "repro_code") and case.judge is None:
+        written[1:1] = _write_standalone(impl, problem, parts, out)
+    return written
+
+
+def _write_standalone(impl: Any, problem: Problem, parts: Dict[str, str], out: Path
+                      ) -> Tuple[Path, Path]:
+    """``repro.py`` and ``inputs.npz``: the library alone on the arrays the plugin hands it."""
+    code = impl.repro_code
     arrays = capture(impl, problem, parts["device"], parts["dtype"])
     f = oracle.forward(problem)
     # The per-head reference: the oracle's heads; the plain algorithm's in the same dtype.
     naive = max(float(np.nanmax(np.abs(oracle.forward(problem, ar)["heads"] - f["heads"])))
                 for ar in (oracle.Arithmetic(parts["dtype"], o) for o in oracle.ORDERS))
-    out.mkdir(parents=True, exist_ok=True)
     inputs = out / "inputs.npz"
     np.savez(inputs, expected=f["heads"], naive_err=np.float64(naive), **arrays)
     script = out / "repro.py"

@@ -30,7 +30,7 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # a per-shape compiler runs one shape: two identical calls (batch_equals_items compiles
     # one shape per batch item: 90 s on torch.flex, cold)
     "properties": ("repeatable", "batch_equals_items", "weights_are_distributions"),
-    "gradients": ("plain", "masked", "causal_gradients"),
+    "gradients": ("plain", "masked", "causality"),
     "hypothesis": ("random_shapes",),
 }
 # mask_forms: this many of a plugin's declared forms, spread evenly over them in MASK_FORMS

@@ -25,6 +25,9 @@ class Outcome(str, enum.Enum):
 
 
 FAILED_OUTCOMES = (Outcome.FAIL, Outcome.ERROR, Outcome.FLAKY)
+# Worst first: the order the matrix and the report count and rank outcomes in.
+OUTCOME_ORDER = (Outcome.FAIL, Outcome.ERROR, Outcome.FLAKY, Outcome.KNOWN_FAILURE,
+                 Outcome.DEVIATION, Outcome.UNSUPPORTED, Outcome.PASS)
 
 
 class Status(str, enum.Enum):

@@ -26,7 +26,8 @@ def _one_line_error(proc, needle: str) -> None:
 def test_every_hook_the_harness_reads_is_declared_with_a_default():
     for hook, default in (("array_library", ""), ("kv_source", "separate"),
                           ("memory_model", "quadratic"), ("repeat_kv", True),
-                          ("replaces_builtin", False), ("repro_code", None)):
+                          ("replaces_builtin", False), ("repro_code", None),
+                          ("projection_bias", True)):
         assert getattr(Implementation, hook) == default, hook
     assert callable(Implementation.after_prepare)
 
@@ -301,3 +302,18 @@ def test_the_hypothesis_family_catches_a_wrong_grouping(cli, tmp_path):
     assert outcomes["grouping.interleaved"]["outcome"] == "pass"
     assert outcomes["grouping.undeclared"]["outcome"] == "fail"
     assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]
+def test_a_bias_free_plugin_is_given_problems_without_projection_biases():
+    from suite.plugin import check_interface, expressible
+    from suite.problem import make_problem
+
+    p = make_problem(3, 2, 5, 5, 8, 2)
+    assert p.weights.b_q is not None
+    biased = NumpyMHA()
+    assert expressible(biased, p) is p  # the default keeps the biases
+    bias_free = type("NoBias", (NumpyMHA,), {"name": "nb", "projection_bias": False})
+    q = expressible(bias_free(), p)
+    assert all(getattr(q.weights, b) is None for b in ("b_q", "b_k", "b_v", "b_o"))
+    assert q.weights.w_q is p.weights.w_q and q.query is p.query  # nothing else changes
+    check_interface(bias_free)
+    with pytest.raises(TypeError, match="projection_bias: expected True or False"):
+        check_interface(type("Bad", (NumpyMHA,), {"name": "b", "projection_bias": "no"}))

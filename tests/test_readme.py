@@ -93,3 +93,43 @@ def test_head_grouping_example():
         assert run_case(tiled(), "mine.tiled", "cpu", "float32", case).outcome == "pass", name
         wrong = run_case(undeclared(), "undeclared", "cpu", "float32", case).outcome
         assert wrong == ("pass" if name == "mqa" else "fail"), name  # one kv head: the same
+
+
+def _block_with(title: str, marker: str) -> str:
+    """The python block of README section ``title`` that contains ``marker``."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if marker in b)
+
+
+def test_bias_free_module_example_runs_the_cases_and_hypothesis_without_biases(cli, tmp_path):
+    """The README's bias-free module runs every fixed case and the Hypothesis examples; the
+    same module with biases it does not declare (nn.Linear's default) is caught."""
+    code = _block_with("Testing your own module", "projection_bias = False")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    plugin, out = tmp_path / "no_bias.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.attention[[]no_bias]",
+               "--dtype", "float32", "--workers", "0", "--json", str(out),
+               "--hypothesis-examples", "10", "-k",
+               "not tiles and not mask_forms and not special_values")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    outcome = {(r["family"], r["case"]): r["outcome"]
+               for r in json.loads(out.read_text())["results"]}
+    assert sum(o == "pass" for o in outcome.values()) > 30, outcome
+    for key in (("hypothesis", "random_shapes"), ("gradients", "plain"),
+                ("gradients", "cross_no_bias"), ("shapes", "no_projection_bias"),
+                ("masking", "valid_lens"), ("properties", "batch_equals_items")):
+        assert outcome[key] == "pass", key
+    # A module that adds a bias anyway (nn.Linear's default, random initial values).
+    wrong = code.replace("bias=False)", "bias=True)").replace("[no_bias]", "[adds_bias]")
+    assert wrong != code
+    plugin.write_text(wrong)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.attention[[]adds_bias]",
+               "--dtype", "float32", "--workers", "0", "--json", str(out),
+               "--hypothesis-examples", "10", "-k", "masking/none or random_shapes or gradient")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    outcome = {(r["family"], r["case"]): r["outcome"]
+               for r in json.loads(out.read_text())["results"]}
+    assert outcome[("masking", "none")] == outcome[("hypothesis", "random_shapes")] == "fail"
+    assert outcome[("gradients", "plain")] == "fail", outcome

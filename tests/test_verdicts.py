@@ -129,6 +129,80 @@ def test_repro_refuses_an_unknown_case_in_one_line(cli):
     assert proc.stderr.count("\n") == 1 and "masking/nope" in proc.stderr
 
 
+def test_repro_replays_any_plugin_file_on_the_saved_problem(cli, tmp_path):
+    """A user plugin file without repro_code: replay.py loads it and the saved problem, and
+    its verdict is the case's (the planted bug fails, the built-in it breaks passes)."""
+    bug = str(PLUGINS / "wrong_scale.py")
+    for impl, plugin, verdict, code in (("bug.no_scale", ["--plugin", bug], "fail", 1),
+                                        ("numpy", [], "pass", 0)):
+        out = tmp_path / impl
+        made = cli("repro", f"{impl}-cpu-float32-numerics/explicit_scale", *plugin,
+                   "--out", str(out))
+        assert made.returncode == 0, made.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["problem.npz", "replay.py"]
+        ran = subprocess.run([sys.executable, str(out / "replay.py")], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=600)
+        assert ran.returncode == code, ran.stdout + ran.stderr[-2000:]
+        first = ran.stdout.splitlines()[0]
+        assert first.startswith(f"{impl} on cpu/float32, case numerics/explicit_scale: {verdict}")
+        err = float(ran.stdout.split("saved float64 oracle: max abs error ")[1].split(",")[0])
+        assert (err > 0.1) == (verdict == "fail"), ran.stdout
+
+
+def test_repro_takes_property_and_gradient_test_ids(cli, tmp_path):
+    from suite import repro
+
+    assert repro.parse("test_repeatable[numpy-cpu-float32]")["family"] == "properties"
+    assert repro.parse("test_gradient[torch.eager-cpu-float32-plain]")["case"] == "plain"
+    assert repro.parse("test_causal_gradients[jax.jit-cpu-float32]")["case"] == "causality"
+    assert repro.parse("test_mask_form[torch.nn-cpu-float16-mask_forms/kpm_bool+bool_LS]"
+                       )["case"] == "kpm_bool+bool_LS"
+    out = tmp_path / "perm"
+    made = cli("repro", "numpy-cpu-float32-properties/permutation_equivariance", "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    ran = subprocess.run([sys.executable, str(out / "replay.py")], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=600)
+    assert ran.returncode == 0 and "properties/permutation_equivariance: pass" in ran.stdout, \
+        ran.stdout + ran.stderr[-2000:]
+
+
+def test_repro_refuses_a_hypothesis_case_in_one_line(cli):
+    proc = cli("repro", "test_random_shapes[numpy-cpu-float32]")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "draws its problems" in proc.stderr, proc.stderr
+
+
+def test_saved_problem_round_trips_with_its_shared_inputs(tmp_path):
+    from suite import repro
+    from suite.problem import Mask, make_problem
+
+    p = make_problem(5, 2, 6, 6, 8, 2, 1, self_attention=True, scale=-0.5,
+                     mask=Mask(valid_lens=np.array([6, 2]), causal=True,
+                               causal_align="bottom_right"))
+    repro.save_problem(tmp_path / "p.npz", p, expected=np.ones(3))
+    q, extra = repro.load_problem(tmp_path / "p.npz")
+    assert q.query is q.key is q.value and np.array_equal(q.query, p.query)
+    assert (q.num_heads, q.num_kv_heads, q.scale) == (2, 1, -0.5)
+    assert q.mask.causal and q.mask.causal_align == "bottom_right"
+    assert np.array_equal(q.mask.valid_lens, p.mask.valid_lens) and q.mask.allowed is None
+    for name, w in p.weights.as_dict().items():
+        assert np.array_equal(getattr(q.weights, name), w), name
+    assert np.array_equal(extra["expected"], np.ones(3))
+
+
+def test_every_case_is_seeded_from_its_family_and_name():
+    """Adding a case changes no other case's arrays: no seed depends on a position."""
+    import zlib
+
+    from suite import catalog
+
+    ids = [f"{c.family}/{c.name}" for c in catalog.ALL]
+    assert len(ids) == len(set(ids))
+    assert {"properties", "gradients", "mask_forms", "masking"} <= {c.family for c in catalog.ALL}
+    for c in catalog.ALL:
+        assert c.seed == zlib.crc32(f"{c.family}/{c.name}".encode()), c.name
+
+
 SERIAL = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 

@@ -9,13 +9,15 @@ implementation x family matrix at the end and, if asked, writes the JSON the rep
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
+from suite import catalog
+from suite.cases import Case
 from suite.check import FAILED, Outcome, error_text, merge_repeats
 from suite.conformance_session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
-from suite.plugin import Implementation
+from suite.plugin import Implementation, declared
 from suite.timeouts import timed_out
 
 RECORDED = pytest.StashKey[bool]()
@@ -34,7 +36,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         cs = getattr(item, "callspec", None)
         if not item.stash.get(RECORDED, False) and cs is not None and "target" in cs.params:
             entry, device, dtype = cs.params["target"]
-            case = cs.params.get("case")
+            case = cs.params.get("case") or _catalog_case(item)
             fam = family(item)
             name = case.name if case is not None else item.originalname.removeprefix("test_")
             reason = (call.excinfo.exconly() if call.excinfo else str(report.longrepr))
@@ -44,6 +46,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             item.user_properties.append((RECORD_KEY, out.record()))  # the teardown report
             item.stash[RECORDED] = True  # carries it (the last report of a test)
     return report
+
+
+def _catalog_case(item: pytest.Item) -> Optional[Case]:
+    """The case a test without a ``case`` parameter runs (``test_repeatable`` runs
+    properties/repeatable), or None (the Hypothesis family draws its problems)."""
+    try:
+        return catalog.get(*catalog.from_test(item.originalname, None))
+    except KeyError:
+        return None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -62,8 +73,9 @@ def listed_known_failure(request: pytest.FixtureRequest):
 
 @pytest.fixture
 def conform(request: pytest.FixtureRequest, target):
-    """Call with (family, name, seed, judge): ``judge(impl, outcome)`` runs the case on an
-    implementation and classifies ``outcome``. With ``--repeat N`` the case runs N times,
+    """Call ``conform.case(case)`` with a ``suite.cases.Case``, or ``conform(family, name,
+    seed, judge)``: ``judge(impl, outcome)`` runs the case on an implementation and
+    classifies ``outcome``. With ``--repeat N`` the case runs N times,
     each on a fresh instance (recompiling where the plugin compiles), and an outcome that
     changes is reported as flaky, with each run's outcome."""
     entry, device, dtype = target
@@ -72,7 +84,7 @@ def conform(request: pytest.FixtureRequest, target):
                  judge: Callable[[Implementation, Outcome], Outcome]) -> None:
         __tracebackhide__ = True
         runs, impl = [], entry.impl
-        families = getattr(impl, "families", None)
+        families = declared(impl, "families")
         if families is not None and family not in families:  # a variant's declared subset
             out = Outcome(entry.name, device, dtype, family, name, seed, "pass")
             _record(request, out.classify("unsupported", f"{entry.name} runs the families "
@@ -87,6 +99,8 @@ def conform(request: pytest.FixtureRequest, target):
                 continue
             runs.append(judge(impl, out))
         _record(request, merge_repeats(runs))
+
+    _conform.case = lambda case: _conform(case.family, case.name, case.seed, case.run)
     return _conform
 
 

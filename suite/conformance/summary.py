@@ -8,10 +8,12 @@ from typing import Dict, Iterable, List, Optional
 
 from suite.plugin import Deviation, declaration_labels, interpreted
 from suite.selection import Selection
+from suite.vocab import OUTCOME_ORDER, Outcome
 
-ORDER = ("fail", "error", "flaky", "known_failure", "deviation", "unsupported", "pass")
-SHORT = {"fail": "fail", "error": "err", "flaky": "flaky", "known_failure": "known",
-         "deviation": "dev", "unsupported": "unsup", "pass": "ok"}
+ORDER = tuple(o.value for o in OUTCOME_ORDER)
+SHORT = {Outcome.FAIL.value: "fail", Outcome.ERROR.value: "err", Outcome.FLAKY.value: "flaky",
+         Outcome.KNOWN_FAILURE.value: "known", Outcome.DEVIATION.value: "dev",
+         Outcome.UNSUPPORTED.value: "unsup", Outcome.PASS.value: "ok"}
 
 
 def cell(counts: Counter) -> str:
