@@ -169,17 +169,17 @@ class HFGPT2(HFAttention):
     # module multiplies q.k by its own ``scaling``, so q goes in times scale / scaling).
     fold_scale = False
 
-    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+    def shares_input(self, problem, grad):
         # Separate leaves are needed for the gradients of query and key.
-        self._self_attention = not grad and _same(problem.query, problem.key)
-        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        return not grad and _same(problem.query, problem.key)
 
-    def build(self, p):
+    def build_for(self, p, *, shared_input):
+        """The self-attention module for one shared input, else the cross-attention one."""
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Config
 
         config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
                             attn_implementation=self.attn, **self.config_options)
-        return GPT2Attention(config, is_cross_attention=not self._self_attention,
+        return GPT2Attention(config, is_cross_attention=not shared_input,
                              layer_idx=self.layer_idx).double()  # float64 before the weights
 
     def load_weights(self, module, p):

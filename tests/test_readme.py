@@ -12,10 +12,11 @@ from tests.conftest import ROOT
 pytest.importorskip("torch")
 
 
-def _section_code(title: str) -> str:
+def _section_code(title: str, containing: str = "") -> str:
+    """The section's first Python block (the first that contains ``containing``)."""
     text = (ROOT / "README.md").read_text()
     section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if containing in b)
 
 
 def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
@@ -34,6 +35,26 @@ def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
     # The two paths differ where the README says: a query row with no key to attend.
     assert outcome[("mine.attention", "masking", "fully_masked_bool_row")] == "pass"
     assert outcome[("mine.attention[weights]", "masking", "fully_masked_bool_row")] == "deviation"
+
+
+def test_own_jax_module_example_runs_under_the_conformance_cases(cli, tmp_path):
+    """The JAX module on JaxModuleCore: masks, the declared behaviours, gradients."""
+    pytest.importorskip("flax")
+    code = _section_code("Testing your own module", containing="JaxModuleCore")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    plugin, out = tmp_path / "my_jax_plugin.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.jax", "--dtype", "float32",
+               "--workers", "0", "--json", str(out), "-k", "gradients or valid_lens or causal")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for case in ("plain", "masked", "causality", "cross_no_bias"):
+        assert outcome[("gradients", case)] == "pass", case
+    for case in ("valid_lens", "valid_lens_per_query", "causal", "causal_bottom_right_short_query"):
+        assert outcome[("masking", case)] == "pass", case
+    # jax.nn gives a query row with no key to attend uniform weights: declared, so a deviation.
+    assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
 
 
 def test_own_gpu_kernel_example_runs_under_the_triton_interpreter(cli, tmp_path):
