@@ -100,15 +100,10 @@ class HFAttention(TorchModuleCore):
                               "the same array")
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        # The 4-D mask the module takes, built once here, untimed (as the model would).
-        p, dev = state["p"], state["device"]
-        state["hf_mask"] = hf_mask(p, self.attn, state["tensors"]["query"].dtype, dev)
-
-    def forward(self, state: Dict[str, Any]):
-        x = state["tensors"]
-        return self.call(state["module"], x["query"], x["key"], x["value"], state["hf_mask"],
-                         state["need_weights"])
+    def module_mask(self, problem: Problem, device: torch.device, dtype: torch.dtype
+                    ) -> Dict[str, Any]:
+        # The 4-D mask the module takes, built once in prepare, untimed (as the model would).
+        return hf_mask(problem, self.attn, dtype, device)
 
 
 def _load(layer: torch.nn.Module, param: adapters.Param) -> None:
@@ -252,13 +247,12 @@ class HFLlama(HFAttention):
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
-        super().after_prepare(state)
         # Identity rotary embedding (cos = 1, sin = 0): the canonical problem has no
         # positional encoding, so none is applied; this translates, it repairs nothing.
         q = state["tensors"]["query"]
         cos = torch.ones(*q.shape[:2], state["module"].head_dim, device=q.device,
                          dtype=q.dtype)  # (B, L, D)
-        state["hf_mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
+        state["mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
 
     def call(self, module, query, key, value, mask, need_weights):
         return module(query, **mask)  # mask: attention_mask, is_causal, position_embeddings
