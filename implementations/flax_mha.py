@@ -13,24 +13,24 @@ the ``LinearGeneral`` kernels (E, H, D), (E, K, D) and (H, D, E) take the canoni
 the mask becomes ``mask`` broadcastable to (B, H, L, S), True = attend, and top-left causal
 alone ``is_causal=True``. It has no additive bias and no scale argument (1/sqrt(D) always);
 ``use_bias`` is all or nothing. The module's ``dtype`` and ``param_dtype`` are the dtype
-measured; the module, traced through ``nnx.split``/``nnx.merge``, compiles in ``prepare``.
+measured; the module, split by ``nnx.split`` into its graph (static) and its state (the
+parameters) and merged again inside the traced call, runs on ``JaxModuleCore``.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Dict, List, Sequence, Tuple
+import dataclasses
+from typing import Any, Dict, Sequence, Tuple
 
 import flax
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from implementations.jax_common import JAX_DTYPES, gpu_count, jax_device
+from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np
 from suite import adapters, cache
-from suite.plugin import Deviation, Implementation, Result, Unsupported
-from suite.problem import Problem, cotangent
+from suite.plugin import Deviation, Unsupported
+from suite.problem import Problem
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
@@ -62,13 +62,15 @@ def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
     return mha
 
 
-class FlaxMHA(Implementation):
+class FlaxMHA(JaxModuleCore):
     name = "flax.mha"
     framework = "flax"
     array_library = "jax"  # the sweep's matmul peak and memory method
     features = FEATURES
     mask_forms = MASK_FORMS
-    sow_weights = False
+    # The +weights name always sows, so a sweep (which asks for no weights) times the path
+    # its name says.
+    returns_weights = False
     deviations = {
         "fully_masked_rows": Deviation(
             "mean_values", "a query row with no key to attend gives the mean of the values "
@@ -80,101 +82,54 @@ class FlaxMHA(Implementation):
                         f"0 and 0 * NaN is NaN in weights @ v (measured, flax {flax.__version__})"),
     }
 
-    def __init__(self) -> None:
-        self._compiled: Dict[Tuple, Any] = {}
-
     def framework_version(self) -> str:
         return flax.__version__
 
-    def devices(self) -> List[str]:
-        return ["cpu", *(f"cuda:{i}" for i in range(gpu_count()))]
-
     def dtypes(self, device: str) -> Sequence[str]:
-        return [t for t in JAX_DTYPES if _usable(device, t, self.sow_weights)]
+        return [t for t in JAX_DTYPES if _usable(device, t, self.returns_weights)]
 
-    def fresh(self) -> FlaxMHA:
-        jax.clear_caches()  # a repeated run traces and compiles again
-        return type(self)()
-
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        if dtype not in JAX_DTYPES:
-            raise ValueError(f"dtype: expected one of {sorted(JAX_DTYPES)}, got {dtype!r}")
-        p, dev = problem, jax_device(device)
+    def module_mask(self, problem: Problem) -> adapters.MaskParts:
+        """``mask`` (B, H|1, L, S), True = attend, and top-left causal as ``is_causal``; a
+        requested mask form as the module takes it."""
+        p = problem
         parts = adapters.split_mask(p, true_means="attend", key_padding=False,
                                     native_causal=("top_left",), per_head=True)
         if parts.bias is not None:
             raise Unsupported("nnx.MultiHeadAttention takes no additive bias")
-        with jax.default_device(dev):
-            graphdef, params = nnx.split(build_module(p, dtype))
-        params = jax.device_put(params, dev)
-        t = JAX_DTYPES[dtype]
-        x = [jax.device_put(np.asarray(a).astype(t), dev) for a in (p.query, p.key, p.value)]
-        mask, causal = parts.mask, parts.causal == "top_left"  # (B, H|1, L, S)
         if adapters.requested_form(p):  # the mask form asked for, as the module takes it
-            mask = adapters.form_mask(p).attn
             causal = "causal_flag" in adapters.form_parts(p.mask_form)
-        mask = None if mask is None else jax.device_put(mask, dev)
-        # The +weights name always sows, so a sweep (which asks for no weights) times the
-        # path its name says.
-        sow = need_weights or self.sow_weights
+            parts = dataclasses.replace(parts, mask=adapters.form_mask(p).attn,
+                                        causal="top_left" if causal else None)
+        return parts
 
-        def fwd(params, q, k, v, mask):
-            mha = nnx.merge(graphdef, params)
-            if not sow:
-                return mha(q, k, v, mask=mask, is_causal=causal)
-            # nnx.capture collects what the module sows (flax's way to read intermediates).
-            out, sown = nnx.capture(mha, nnx.Intermediate)(q, k, v, mask=mask,
-                                                           is_causal=causal, sow_weights=True)
-            (weights,) = sown["attention_weights"].get_value()  # sown once: (B, H, L, S)
-            return out, weights
+    def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
+        """The module split into its graph (static) and its state (the parameters)."""
+        return nnx.split(build_module(problem, dtype))
 
-        fn, args = fwd, (params, *x, mask)
-        if grad:  # forward + backward of sum(out * cotangent), w.r.t. the weights and inputs
-            def fn(params, q, k, v, mask, g):
-                def output(*a):  # the output alone (the +weights path also returns weights)
-                    res = fwd(*a, mask)
-                    return res[0] if sow else res
-                out, vjp = jax.vjp(output, params, q, k, v)
-                return out, vjp(g)
-            args = (*args, jax.device_put(cotangent(p).astype(t), dev))
-        key = (device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, causal, sow, grad,
-               None if mask is None else mask.shape, graphdef)
-        start = time.perf_counter()
-        if key not in self._compiled:
-            self._compiled[key] = jax.jit(fn).lower(*args).compile()
-        return {"exe": self._compiled[key], "args": args, "out": None, "grad": grad,
-                "compile_s": time.perf_counter() - start}
+    def call(self, graphdef, params, query, key, value, mask, need_weights):
+        mha = nnx.merge(graphdef, params)
+        causal = mask.causal == "top_left"
+        if not need_weights:
+            return mha(query, key, value, mask=mask.mask, is_causal=causal)
+        # nnx.capture collects what the module sows (flax's way to read intermediates).
+        out, sown = nnx.capture(mha, nnx.Intermediate)(query, key, value, mask=mask.mask,
+                                                       is_causal=causal, sow_weights=True)
+        (weights,) = sown["attention_weights"].get_value()  # sown once: (B, H, L, S)
+        return out, weights
 
-    def run(self, state: Dict[str, Any]):
-        state["out"] = state["exe"](*state["args"])
-        return state["out"]
-
-    def synchronize(self, state: Dict[str, Any]) -> None:
-        jax.block_until_ready(state["out"])
-
-    def fetch(self, state: Dict[str, Any], handle) -> Result:
-        if state["grad"]:
-            out, (g_params, *g_inputs) = handle
-            grads = adapters.grads_from_einsum({
-                role: adapters.Param(_np(g_params[attr]["kernel"].get_value()),
-                                     _np(g_params[attr]["bias"].get_value())
-                                     if "bias" in g_params[attr] else None)
-                for role, attr in zip("qkvo", ("query", "key", "value", "out"))})
-            grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
-            return Result(_np(out), None, grads)
-        out, weights = handle if isinstance(handle, tuple) else (handle, None)
-        return Result(_np(out), None if weights is None else _np(weights))
+    def weight_grads(self, grads) -> Dict[str, np.ndarray]:
+        """``LinearGeneral`` kernel and bias gradients -> canonical names."""
+        return adapters.grads_from_einsum({
+            role: adapters.Param(_np(grads[attr]["kernel"].get_value()),
+                                 _np(grads[attr]["bias"].get_value())
+                                 if "bias" in grads[attr] else None)
+            for role, attr in zip("qkvo", ("query", "key", "value", "out"))})
 
 
 class FlaxMHAWeights(FlaxMHA):
     name = "flax.mha+weights"
     features = FEATURES | {"weights"}
-    sow_weights = True
-
-
-def _np(a) -> np.ndarray:
-    return np.asarray(jnp.asarray(a, dtype=jnp.float32)).astype(np.float64)
+    returns_weights = True
 
 
 def _usable(device: str, dtype: str, sow_weights: bool) -> bool:

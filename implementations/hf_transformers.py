@@ -100,15 +100,10 @@ class HFAttention(TorchModuleCore):
                               "the same array")
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        # The 4-D mask the module takes, built once here, untimed (as the model would).
-        p, dev = state["p"], state["device"]
-        state["hf_mask"] = hf_mask(p, self.attn, state["tensors"]["query"].dtype, dev)
-
-    def forward(self, state: Dict[str, Any]):
-        x = state["tensors"]
-        return self.call(state["module"], x["query"], x["key"], x["value"], state["hf_mask"],
-                         state["need_weights"])
+    def module_mask(self, problem: Problem, device: torch.device, dtype: torch.dtype
+                    ) -> Dict[str, Any]:
+        # The 4-D mask the module takes, built once in prepare, untimed (as the model would).
+        return hf_mask(problem, self.attn, dtype, device)
 
 
 def _load(layer: torch.nn.Module, param: adapters.Param) -> None:
@@ -169,17 +164,17 @@ class HFGPT2(HFAttention):
     # module multiplies q.k by its own ``scaling``, so q goes in times scale / scaling).
     fold_scale = False
 
-    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+    def shares_input(self, problem, grad):
         # Separate leaves are needed for the gradients of query and key.
-        self._self_attention = not grad and _same(problem.query, problem.key)
-        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        return not grad and _same(problem.query, problem.key)
 
-    def build(self, p):
+    def build_for(self, p, *, shared_input):
+        """The self-attention module for one shared input, else the cross-attention one."""
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Config
 
         config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
                             attn_implementation=self.attn, **self.config_options)
-        return GPT2Attention(config, is_cross_attention=not self._self_attention,
+        return GPT2Attention(config, is_cross_attention=not shared_input,
                              layer_idx=self.layer_idx).double()  # float64 before the weights
 
     def load_weights(self, module, p):
@@ -252,13 +247,12 @@ class HFLlama(HFAttention):
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
-        super().after_prepare(state)
         # Identity rotary embedding (cos = 1, sin = 0): the canonical problem has no
         # positional encoding, so none is applied; this translates, it repairs nothing.
         q = state["tensors"]["query"]
         cos = torch.ones(*q.shape[:2], state["module"].head_dim, device=q.device,
                          dtype=q.dtype)  # (B, L, D)
-        state["hf_mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
+        state["mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
 
     def call(self, module, query, key, value, mask, need_weights):
         return module(query, **mask)  # mask: attention_mask, is_causal, position_embeddings

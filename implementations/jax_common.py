@@ -21,18 +21,24 @@ A JAX kernel that only computes attention subclasses ``JaxCore`` and writes
             if mask.bias is not None:
                 s = s + mask.bias
             return jax.nn.softmax(s, axis=-1) @ v, None  # heads (B, H, L, D), no weights
+
+A whole JAX module (a Flax, Equinox or plain-function module with its own projections)
+subclasses ``JaxModuleCore`` and writes ``build`` (its static part and parameters for a
+problem) and ``call`` (one forward, traced); both cores and the flax and keras-on-jax
+built-ins compile through ``compile_once`` and ``with_vjp``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from suite import cache
+from suite import adapters, cache
 from suite.adapters import AttendMask, attend_mask
 from suite.plugin import Implementation, Result
 from suite.problem import Problem, cotangent
@@ -70,13 +76,55 @@ def zero_dead_values(v, dead):
     return jnp.where(dead, 0, v)
 
 
-class JaxCore(Implementation):
-    """Projections and heads in jnp under jax.jit; subclasses supply ``attend``."""
+def compile_once(cache: Dict[Tuple, Any], key: Tuple, fn: Callable, args: Sequence[Any]
+                 ) -> Tuple[Any, float]:
+    """``jax.jit(fn)`` lowered and compiled for ``args`` (untimed, in ``prepare``), kept in
+    ``cache`` under ``key``: (the executable, seconds spent compiling, 0.0 when cached)."""
+    if key in cache:
+        return cache[key], 0.0
+    start = time.perf_counter()
+    cache[key] = jax.jit(fn).lower(*args).compile()
+    return cache[key], time.perf_counter() - start
+
+
+def with_vjp(output: Callable, argnums: Sequence[int]) -> Callable:
+    """``fn(*args, g)`` -> (``output(*args)``, the gradients of sum(output * g) w.r.t.
+    ``args[i]`` for i in ``argnums``, a tuple in that order): forward and backward in one
+    executable; the other arguments are held constant."""
+    def fn(*args_g):
+        *args, g = args_g
+
+        def f(*diff):
+            full = list(args)
+            for i, d in zip(argnums, diff):
+                full[i] = d
+            return output(*full)
+
+        out, vjp = jax.vjp(f, *(args[i] for i in argnums))
+        return out, vjp(g)
+
+    return fn
+
+
+def run_compiled(state: Dict[str, Any]):
+    """Start the executable ``prepare`` compiled on its arguments; the output is kept for
+    ``block`` (JAX dispatches asynchronously)."""
+    state["out"] = state["exe"](*state["args"])
+    return state["out"]
+
+
+def block(state: Dict[str, Any]) -> None:
+    """Wait for the output of ``run_compiled`` (a timer that skipped it would time the
+    dispatch only)."""
+    jax.block_until_ready(state["out"])
+
+
+class _Compiled(Implementation):
+    """What every JAX adapter shares: devices and dtypes, a per-instance executable cache,
+    and ``run``/``synchronize`` on the executable ``prepare`` compiled. JAX dispatches
+    asynchronously, so ``run`` keeps its output and ``synchronize`` blocks on it."""
 
     framework = "jax"
-    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
-                          "cross", "gqa", "scale", "grad"})
-    repeat_kv = True  # False: ``attend`` takes K kv heads itself
 
     def __init__(self) -> None:
         self._cache: Dict[Tuple, Any] = {}
@@ -84,7 +132,7 @@ class JaxCore(Implementation):
     def framework_version(self) -> str:
         return jax.__version__
 
-    def fresh(self) -> JaxCore:
+    def fresh(self):
         jax.clear_caches()  # a repeated run traces and compiles again
         return type(self)()
 
@@ -93,6 +141,20 @@ class JaxCore(Implementation):
 
     def dtypes(self, device: str) -> Sequence[str]:
         return ("float32", "float16", "bfloat16")
+
+    def run(self, state: Dict[str, Any]):
+        return run_compiled(state)
+
+    def synchronize(self, state: Dict[str, Any]) -> None:
+        block(state)
+
+
+class JaxCore(_Compiled):
+    """Projections and heads in jnp under jax.jit; subclasses supply ``attend``."""
+
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
+                          "cross", "gqa", "scale", "grad"})
+    repeat_kv = True  # False: ``attend`` takes K kv heads itself
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
@@ -138,38 +200,118 @@ class JaxCore(Implementation):
         def fwd(x, dyn):
             return self.forward(x, AttendMask(**dyn, **static), shape, scale)
 
-        if grad:
-            def fn(x, dyn, g):
-                out, vjp = jax.vjp(lambda xx: fwd(xx, dyn), x)
-                return out, vjp(g)[0]
-            args = (x, dyn_mask, g)
-        else:
-            fn, args = fwd, (x, dyn_mask)
+        # With gradients: forward + backward of sum(out * g) w.r.t. the inputs and weights x.
+        fn, args = (with_vjp(fwd, (0,)), (x, dyn_mask, g)) if grad else (fwd, (x, dyn_mask))
         key = (type(self), device, dtype, shape, scale, grad, tuple(sorted(static["kinds"])),
                static["causal_align"], static["form_name"],
                tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())
                      if k != "form"),
                tuple((k, v is None) for k, v in sorted(x.items())))
-        compile_s = 0.0
-        if key not in self._cache:
-            start = time.perf_counter()
-            self._cache[key] = jax.jit(fn).lower(*args).compile()
-            compile_s = time.perf_counter() - start
-        return {"exe": self._cache[key], "args": args, "grad": grad, "out": None,
-                "compile_s": compile_s}
-
-    def run(self, state: Dict[str, Any]):
-        state["out"] = state["exe"](*state["args"])
-        return state["out"]
-
-    def synchronize(self, state: Dict[str, Any]) -> None:
-        jax.block_until_ready(state["out"])
+        exe, compile_s = compile_once(self._cache, key, fn, args)
+        return {"exe": exe, "args": args, "grad": grad, "out": None, "compile_s": compile_s}
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
         if state["grad"]:
-            out, grads = handle
+            out, (grads,) = handle
             return Result(_np(out), None, {n: _np(g) for n, g in grads.items() if g is not None})
         return Result(_np(handle))
+
+
+class JaxModuleCore(_Compiled):
+    """A whole JAX module (projections included) as a plugin: subclasses write ``build``
+    (the module's static part and its parameters for a problem, the canonical weights in
+    them) and ``call`` (one forward, traced under ``jax.jit``). Inputs, masks and
+    parameters go in as arguments of one executable, compiled in ``prepare``; with
+    gradients it also runs the backward of sum(out * cotangent) (``with_vjp``).
+
+    By default the parameters are ``{layers[role]: {"kernel": (in, out), "bias": (out,)}}``
+    for the roles q, k, v, o (the layout of Flax's ``nn.Dense``, the canonical one; no
+    "bias" entry when the problem has none), and ``weight_grads`` maps gradients of that
+    tree back to the canonical names; override both for other layouts.
+
+    The mask reaches ``call`` as ``suite.adapters.MaskParts`` split with ``mask_split``
+    (default: everything in one per-head boolean ``mask``, True = attend) or as
+    ``module_mask`` returns it, its arrays as jax arrays (``bias`` in the compute dtype).
+    """
+
+    features = frozenset({"cross", "grad"})  # declare what the module really handles
+    layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
+    mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,
+                                  "native_causal": (), "per_head": True}
+    # Whether ``call`` returns (output, weights) whatever it is asked (a +weights name).
+    returns_weights = False
+
+    def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
+        """(the module's static part, hashable: closed over by the executable, e.g. a Flax
+        linen module; its parameters, a pytree of arrays in ``dtype`` passed as an
+        argument). Default: no static part, ``dense_params``."""
+        return None, self.dense_params(problem, dtype)
+
+    def dense_params(self, problem: Problem, dtype: str) -> Dict[str, Dict[str, Any]]:
+        """The canonical weights as ``nn.Dense`` parameters of the ``layers``: name ->
+        {"kernel": (in, out), "bias": (out,)} (no "bias" when the problem has none)."""
+        t = JAX_DTYPES[dtype]
+        return {self.layers[role]: {"kernel": jnp.asarray(param.weight, t),
+                                    **({} if param.bias is None
+                                       else {"bias": jnp.asarray(param.bias, t)})}
+                for role, param in adapters.to_conv1d(problem.weights).items()}
+
+    def call(self, module: Any, params: Any, query, key, value, mask: adapters.MaskParts,
+             need_weights: bool):
+        """One forward (traced): -> output (B, L, E), or (output, weights (B, H, L, S))."""
+        raise NotImplementedError
+
+    def module_mask(self, problem: Problem) -> adapters.MaskParts:
+        """The mask as ``call`` receives it, in NumPy (the core moves its arrays)."""
+        return adapters.split_mask(problem, **self.mask_split)
+
+    def weight_grads(self, grads: Any) -> Dict[str, np.ndarray]:
+        """Gradients of the parameters (the tree ``build`` made) -> canonical names."""
+        return adapters.grads_from_conv1d({
+            role: adapters.Param(_np(grads[name]["kernel"]),
+                                 _np(grads[name]["bias"]) if "bias" in grads[name] else None)
+            for role, name in self.layers.items()})
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        if dtype not in JAX_DTYPES:
+            raise ValueError(f"dtype: expected one of {sorted(JAX_DTYPES)}, got {dtype!r}")
+        p, dev, t = problem, jax_device(device), JAX_DTYPES[dtype]
+        parts = self.module_mask(p)
+        with jax.default_device(dev):
+            module, params = self.build(p, dtype)
+        params = jax.device_put(params, dev)
+        x = [jax.device_put(np.asarray(a).astype(t), dev) for a in (p.query, p.key, p.value)]
+        # The mask's arrays go through jit as arguments; its other fields are static.
+        arrays = {n: None if getattr(parts, n) is None else jax.device_put(
+            np.asarray(getattr(parts, n)).astype(t if n == "bias" else bool), dev)
+            for n in ("key_padding", "mask", "bias")}
+        static = dataclasses.replace(parts, key_padding=None, mask=None, bias=None)
+        weights = need_weights or self.returns_weights
+
+        def fwd(params, q, k, v, arrays):
+            return self.call(module, params, q, k, v, dataclasses.replace(static, **arrays),
+                             weights)
+
+        fn, args = fwd, (params, *x, arrays)
+        if grad:  # the output alone is differentiated (a weights path also returns them)
+            fn = with_vjp(lambda *a: fwd(*a)[0] if weights else fwd(*a), (0, 1, 2, 3))
+            args = (*args, jax.device_put(cotangent(p).astype(t), dev))
+        key = (type(self), device, dtype, p.B, p.L, p.S, p.E, p.H, p.K, static, weights, grad,
+               module, jax.tree_util.tree_structure(params),
+               tuple(a.shape for a in jax.tree_util.tree_leaves(params)),
+               tuple((n, None if a is None else a.shape) for n, a in arrays.items()))
+        exe, compile_s = compile_once(self._cache, key, fn, args)
+        return {"exe": exe, "args": args, "out": None, "grad": grad, "compile_s": compile_s}
+
+    def fetch(self, state: Dict[str, Any], handle) -> Result:
+        if state["grad"]:
+            out, (g_params, *g_inputs) = handle
+            grads = self.weight_grads(g_params)
+            grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
+            return Result(_np(out), None, grads)
+        out, weights = handle if isinstance(handle, tuple) else (handle, None)
+        return Result(_np(out), None if weights is None else _np(weights))
 
 
 def _np(a) -> np.ndarray:

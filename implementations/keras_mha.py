@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -184,7 +183,7 @@ class KerasMHA(Implementation):
 
     def _jit(self, state: Dict[str, Any], p: Problem, dtype: str) -> None:
         """Compile ``stateless_call`` once per shape; the variables are its arguments."""
-        import jax
+        from implementations.jax_common import compile_once, with_vjp
 
         layer, kw = state["layer"], state["kwargs"]
         masks = {n: kw.pop(n) for n in ("attention_mask", "value_mask", "query_mask") if n in kw}
@@ -193,33 +192,26 @@ class KerasMHA(Implementation):
         key = (dtype, p.B, p.L, p.S, p.E, p.H, len(variables[0]), state["grad"],
                tuple((n, None if m is None else tuple(m.shape)) for n, m in masks.items()),
                tuple(sorted(kw.items())))
-        mask = masks
-        args = (*variables, *state["inputs"], mask)
-        if state["grad"]:
-            args = (*args, state["cotangent"])
-        start = time.perf_counter()
-        if key not in self._compiled:
-            def fwd(trainable, non_trainable, q, k, v, masks):
-                out, _ = layer.stateless_call(trainable, non_trainable, q, v, key=k,
-                                              **masks, **kw)
-                return out
 
-            def fwd_bwd(trainable, non_trainable, q, k, v, attention_mask, g):
-                def output(trainable, q, k, v):  # the output alone, without weights
-                    res = fwd(trainable, non_trainable, q, k, v, attention_mask)
-                    return res[0] if kw["return_attention_scores"] else res
-                out, vjp = jax.vjp(output, trainable, q, k, v)
-                return out, vjp(g)  # w.r.t. the trainable variables and the inputs
+        def fwd(trainable, non_trainable, q, k, v, masks):
+            out, _ = layer.stateless_call(trainable, non_trainable, q, v, key=k, **masks, **kw)
+            return out
 
-            fn = fwd_bwd if state["grad"] else fwd
-            self._compiled[key] = jax.jit(fn).lower(*args).compile()
-        state["compile_s"] = time.perf_counter() - start
-        state["exe"], state["args"] = self._compiled[key], args
+        def output(*a):  # the output alone, without the weights
+            res = fwd(*a)
+            return res[0] if kw["return_attention_scores"] else res
+
+        fn, args = fwd, (*variables, *state["inputs"], masks)
+        if state["grad"]:  # w.r.t. the trainable variables and the inputs
+            fn, args = with_vjp(output, (0, 2, 3, 4)), (*args, state["cotangent"])
+        state["exe"], state["compile_s"] = compile_once(self._compiled, key, fn, args)
+        state["args"] = args
 
     def run(self, state: Dict[str, Any]):
         if "exe" in state:  # jax: the compiled stateless_call
-            state["out"] = state["exe"](*state["args"])
-            return state["out"]
+            from implementations.jax_common import run_compiled
+
+            return run_compiled(state)
         q, k, v = state["inputs"]
         if state["grad"]:  # torch: forward + backward of sum(out * cotangent)
             for t in (*state["layer"].trainable_variables, *state["inputs"]):
@@ -236,9 +228,9 @@ class KerasMHA(Implementation):
 
     def synchronize(self, state: Dict[str, Any]) -> None:
         if BACKEND == "jax" and state["out"] is not None:
-            import jax
+            from implementations.jax_common import block
 
-            jax.block_until_ready(state["out"])
+            block(state)
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
         if state["grad"]:

@@ -1,119 +1,26 @@
 """NumPy FlashAttention: tiled attention with an online softmax, memory linear in length.
 
-The attention core never holds a (B, H, L, S) array: it walks query tiles, and
-for each one makes a single pass over key tiles, keeping a running row max, a
-running row sum and an unnormalised output accumulator (Dao et al., 2022).
-Key tiles that the mask hides entirely (above the causal diagonal, past the
-longest valid length) are skipped, which is where causal attention gets its 2x;
-the causal diagonal square is cut into row strips so that only strip-sized
-triangles above the diagonal are computed.
-
-The mask stays in its canonical parts (``TileMask``); each tile's part is built
-on the fly from valid_lens, the causal offset and tile-sized slices of the
-user's broadcastable ``allowed`` / ``bias`` arrays.
-
-Logits are kept in base 2 (q is scaled by scale * log2(e), the bias by log2(e)), so the
-one elementwise pass per tile is ``exp2``, which NumPy runs twice as fast as ``exp``.
-Masked weights are set to 0 after ``exp2`` rather than to -inf before it (exp2 takes a
-slow path on -inf and underflowing lanes).
-
-Two matmuls per tile do nearly all the work: keys are kept transposed (D, S), so
-``q @ k^T`` reads them untransposed, and v is augmented with a ones column, so
-``p @ [v, 1]`` also sums the rows. The row max m is kept lazily at 0 (a tile is kept
-unless its sums leave a safe range, then redone the standard way, after which the
-unit's logits have m subtracted), so a tile costs two matmuls and one exp2 pass.
-
-Work units (batch item, head group, query tile) and the projections run on a
-small thread pool with BLAS held to one thread, so the exp2 passes, which NumPy
-runs on one core, are spread over the cores as well as the matmuls.
+The adapter: ``NumpyCore``'s translation with the mask kept in its parts (its
+``attention_mask`` hook gives a ``numpy_tiles.TileMask``, so no (B, H, L, S) array is
+built), and a forward whose every matmul runs on a small thread pool with BLAS held to
+one thread (``numpy_workers.Workers``), so the exp2 passes, which NumPy runs on one core,
+are spread over the cores as well as the matmuls. The tiled online softmax itself
+(FlashAttention, Dao et al., 2022: masked tiles skipped, causal diagonal strips, base-2
+logits, a lazy row max) is ``numpy_tiles.TiledAttention``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from implementations.numpy_mha import NP_DTYPES, NumpyCore
+from implementations.numpy_mha import NumpyCore
+from implementations.numpy_tiles import BLOCK_DIAG, TiledAttention, TileMask, compute_dtype, stage, tile_mask
+from implementations.numpy_workers import Workers
 from suite.plugin import Deviation
 from suite.problem import Problem
-
-# Tile sizes (heads per unit, query tile, key tile) measured with 2 workers on a 2-core
-# AVX-512 machine (2 MiB L2 per core, OpenBLAS) at L = 1024-4096, whole forward. Unmasked:
-# one head per unit with (512, 512) float32 score tiles (1 MiB), ~70% of a core's matmul
-# peak per tile. Causal: 4 heads per unit with (256, 256) tiles, 3-6% ahead of the
-# unmasked choice there (a quarter as many diagonal-strip calls, so less time waiting for
-# the GIL between them). Diagonal strips are 128 query rows.
-TILES = (1, 512, 512)
-CAUSAL_TILES = (4, 256, 256)
-BLOCK_DIAG = 128
-# Lazy max: a tile exponentiated against a stale row max is kept while its row sums stay
-# in [_LO, _HI], far from float32 overflow and underflow (2^+-32 of 2^+-126).
-_HI = 2.0**32
-_LO = 2.0**-32
-_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
-
-
-@dataclasses.dataclass(frozen=True)
-class TileMask:
-    """The canonical mask kept in parts; ``None`` parts are absent.
-
-    key_end: (B,) keys j >= key_end[b] are never read (padding by valid_lens; may hold NaN).
-    row_lens: (B, L) per-query valid lengths, when valid_lens is (B, L).
-    causal_offset: query i sees keys j <= i + causal_offset (None: not causal).
-    allowed: bool view broadcast to (B, H, L, S), True = may attend (zero strides, no copy).
-    bias: float view broadcast to (B, H, L, S), times log2(e) (base-2 logits), in the
-          compute dtype (zero strides over the user's shape).
-    """
-
-    key_end: np.ndarray
-    row_lens: Optional[np.ndarray] = None
-    causal_offset: Optional[int] = None
-    allowed: Optional[np.ndarray] = None
-    bias: Optional[np.ndarray] = None
-
-
-def tile_mask(p: Problem, dtype: type) -> TileMask:
-    """Translate the canonical mask of ``p`` into parts; nothing of size L*S is allocated."""
-    B, H, L, S = p.B, p.H, p.L, p.S
-    m = p.mask
-    key_end = np.full(B, S, dtype=np.int64)
-    row_lens = None
-    if m.valid_lens is not None:
-        vl = np.asarray(m.valid_lens, dtype=np.int64)
-        key_end = vl if vl.ndim == 1 else vl.max(axis=1)  # (B,)
-        row_lens = vl if vl.ndim == 2 else None  # (B, L)
-    offset = None
-    if m.causal:
-        offset = 0 if m.causal_align == "top_left" else S - L
-    allowed = None if m.allowed is None else np.broadcast_to(
-        np.asarray(m.allowed, dtype=bool), (B, H, L, S))
-    # Base-2 logits (exp2 is twice as fast as exp): the bias is scaled by log2(e) at the
-    # user's shape, in float64 before the cast, then viewed at (B, H, L, S).
-    bias = None if m.bias is None else np.broadcast_to(
-        (np.asarray(m.bias, dtype=np.float64) * _LOG2E).astype(dtype), (B, H, L, S))
-    return TileMask(key_end, row_lens, offset, allowed, bias)
-
-
-class _Buffers:
-    """One worker's preallocated tile buffers, reused across tiles and calls."""
-
-    def __init__(self, hc: int, bq: int, bk: int, d: int, dtype: type):
-        self.shape = (hc, bq, bk, d, np.dtype(dtype))
-        self.q = np.empty((hc, bq, d), dtype)  # (h, Tq, D)
-        self.m = np.empty((hc, bq, 1), dtype)  # (h, Tq, 1)
-        self.shifted = False  # whether any row of the current unit has m != 0
-        self.scores = np.empty((hc, bq, bk), dtype)  # (h, Tq, Tk)
-        self.acc = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
-        self.pv = np.empty((hc, bq, d + 1), dtype)  # (h, Tq, D+1)
-        self.shift = np.empty((hc, bq, 1), dtype)  # (h, Tq, 1)
-        self.alpha = np.empty((hc, bq, 1), dtype)  # (h, Tq, 1)
 
 
 class NumpyFlashMHA(NumpyCore):
@@ -145,39 +52,26 @@ class NumpyFlashMHA(NumpyCore):
                 continue
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"{arg}: expected a positive int, got {val!r}")
-        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise ValueError(f"num_threads: expected a positive int or None, got {num_threads!r}")
+        self.workers = Workers(num_threads, name="numpy-flash")  # checks num_threads
         self.block_q = None if block_q is None else int(block_q)
         self.block_k = None if block_k is None else int(block_k)
         self.heads_per_unit = None if heads_per_unit is None else int(heads_per_unit)
         self.block_diag = int(block_diag)
-        self.num_threads = num_threads or os.cpu_count() or 1
-        self._pool: Optional[ThreadPoolExecutor] = None
-        self._local = threading.local()
-        self._blas = None
-        self._work: Dict[str, np.ndarray] = {}  # run()'s intermediates, kept across calls
+        self.num_threads = self.workers.num_threads
+        self.kernel = TiledAttention(self.workers, self.block_q, self.block_k,
+                                     self.heads_per_unit, self.block_diag)
         self._run_lock = threading.Lock()
 
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        if need_weights:
-            raise ValueError("need_weights: numpy.flash does not return attention weights "
-                             "(feature 'weights' not declared), got True")
-        # The parent builds a dense (B, H, L, S) bias for a masked problem: prepare it
-        # unmasked and keep the mask in its parts instead.
-        bare = dataclasses.replace(problem, mask=dataclasses.replace(problem.mask, **{
-            "valid_lens": None, "causal": False, "allowed": None, "bias": None}))
-        state = super().prepare(bare, device, dtype, need_weights=False, grad=grad)
-        state["p"] = problem
-        state["mask"] = tile_mask(problem, _compute_dtype(NP_DTYPES[dtype]))
-        return state
+    def attention_mask(self, problem: Problem, dtype: type) -> TileMask:
+        """The mask in its canonical parts (nothing of size L*S), the bias in the tiles'
+        compute dtype."""
+        return tile_mask(problem, compute_dtype(dtype))
 
-    # --- the attention core -----------------------------------------------------------------
     def run(self, s: Dict[str, Any]) -> Tuple[np.ndarray, None]:
-        """NumpyCore's forward, with every matmul on our workers and BLAS on one thread.
+        """NumpyCore's forward, with every matmul on the workers and BLAS on one thread.
 
         Calling multi-threaded BLAS for the projections would leave its own worker
-        spinning through the attention core that follows, taking a core from ours. The
+        spinning through the attention core that follows, taking a core from the workers. The
         three input projections are one batch of row chunks: k is projected straight into
         its transposed layout, v chunks are staged into theirs while still in cache; small
         chunks keep the workers evenly loaded when another process takes part of a core.
@@ -188,11 +82,11 @@ class NumpyFlashMHA(NumpyCore):
     def _run(self, s: Dict[str, Any]) -> Tuple[np.ndarray, None]:
         p, w = s["p"], s["w"]
         B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
-        t = _compute_dtype(s["query"].dtype)
-        q = self._workspace("q", (B, L, H * D), np.result_type(s["query"], w["w_q"]))
-        kt = self._workspace("kt", (B, K, D, S), t)
-        va = self._workspace("va", (B, K, S, D + 1), t)
-        heads = self._workspace("heads", (B, L, H, D), t)
+        t = compute_dtype(s["query"].dtype)
+        q = self.workers.workspace("q", (B, L, H * D), np.result_type(s["query"], w["w_q"]))
+        kt = self.workers.workspace("kt", (B, K, D, S), t)
+        va = self.workers.workspace("va", (B, K, S, D + 1), t)
+        heads = self.workers.workspace("heads", (B, L, H, D), t)
 
         def project(item: Tuple[str, int, int, int]) -> None:
             name, b, r0, r1 = item
@@ -202,19 +96,19 @@ class NumpyFlashMHA(NumpyCore):
             if name == "k" and np.result_type(x, wt) == t:
                 np.matmul(wt.T, x.T, out=kt[b].reshape(K * D, S)[:, r0:r1])  # k^T = W_k^T x^T
                 return
-            y = q[b, r0:r1] if name == "q" else self._scratch((r1 - r0, wt.shape[1]),
-                                                              np.result_type(x, wt))
+            y = q[b, r0:r1] if name == "q" else self.workers.scratch(
+                (r1 - r0, wt.shape[1]), np.result_type(x, wt))
             np.matmul(x, wt, out=y)  # (Tr, H*D or K*D)
             if bias is not None:
                 y += bias
             if name != "q":
-                self._stage(y.reshape(r1 - r0, K, D), kt if name == "k" else va, name, b, r0)
+                stage(y.reshape(r1 - r0, K, D), kt if name == "k" else va, name, b, r0)
 
-        with self._one_blas_thread():
-            self._map(project, [(name, b, r0, min(r0 + step, n)) for name, n in
+        with self.workers.one_blas_thread():
+            self.workers.map(project, [(name, b, r0, min(r0 + step, n)) for name, n in
                                 (("q", L), ("k", S), ("v", S)) for b in range(B)
                                 for step in [self._chunk(B * n)] for r0 in range(0, n, step)])
-            heads = self._attend(q.reshape(B, L, H, D).transpose(0, 2, 1, 3),  # (B, H, L, D)
+            heads = self.kernel(q.reshape(B, L, H, D).transpose(0, 2, 1, 3),  # (B, H, L, D)
                                  kt, va, s["mask"], s["scale"], heads)
             # heads is a (B, L, H, D) buffer seen as (B, H, L, D): this reshape is free.
             out = self._project(heads.transpose(0, 2, 1, 3).reshape(B, L, H * D),
@@ -238,20 +132,8 @@ class NumpyFlashMHA(NumpyCore):
             if b is not None:
                 y[r0:r0 + step] += b
 
-        self._map(part, list(range(0, rows.shape[0], step)))
+        self.workers.map(part, list(range(0, rows.shape[0], step)))
         return y.reshape(*x.shape[:-1], w.shape[1])
-
-    @staticmethod
-    def _stage(x: np.ndarray, into: np.ndarray, name: str, b: int, r0: int) -> None:
-        """Copy keys or values x (Tr, K, D) for rows [r0, r0 + Tr) of batch item b into
-        their layouts: kt (B, K, D, S), or va (B, K, S, D+1) with its ones column."""
-        r1 = r0 + x.shape[0]
-        D = x.shape[2]
-        if name == "k":
-            np.copyto(into[b, :, :, r0:r1], x.transpose(1, 2, 0), casting="same_kind")
-        else:
-            np.copyto(into[b, :, r0:r1, :D], x.transpose(1, 0, 2), casting="same_kind")
-            into[b, :, r0:r1, D] = 1
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[TileMask],
                scale: float, need_weights: bool) -> Tuple[np.ndarray, None]:
@@ -260,260 +142,13 @@ class NumpyFlashMHA(NumpyCore):
         ``mask`` a TileMask or None -> (heads (B, H, L, D) over a (B, L, H, D) buffer, None)."""
         B, H, L, D = q.shape
         K, S = k.shape[1], k.shape[2]
-        t = _compute_dtype(q.dtype)
+        t = compute_dtype(q.dtype)
         kt = np.empty((B, K, D, S), t)  # (B, K, D, S)
         va = np.empty((B, K, S, D + 1), t)  # (B, K, S, D+1)
-        with self._one_blas_thread():
-            self._map(lambda b: (self._stage(k[b].transpose(1, 0, 2), kt, "k", b, 0),
-                                 self._stage(v[b].transpose(1, 0, 2), va, "v", b, 0)), range(B))
-            return self._attend(q, kt, va, mask, scale), None
-
-    def _attend(self, q: np.ndarray, kt: np.ndarray, va: np.ndarray, bias: Optional[TileMask],
-                scale: float, heads: Optional[np.ndarray] = None) -> np.ndarray:
-        """The tiled core on staged operands: keys transposed, values augmented with a ones
-        column so that p @ [v, 1] = [p @ v, sum(p)] also sums the rows. q (B, H, L, D),
-        kt (B, K, D, S), va (B, K, S, D+1) -> heads (B, H, L, D) over a (B, L, H, D) buffer
-        (``heads`` when given, else a new one)."""
-        B, H, L, D = q.shape
-        K, S = va.shape[1], va.shape[2]
-        if H % K:
-            raise ValueError(f"k: expected a number of kv heads dividing H={H}, got {K}")
-        mask = bias if bias is not None else TileMask(np.full(B, S, dtype=np.int64))
-        t = kt.dtype.type
-        if heads is None:
-            heads = np.empty((B, L, H, D), t)
-        out = heads.transpose(0, 2, 1, 3)  # (B, H, L, D) view
-        tiles = self._tiling(mask)
-        self._map(lambda u: self._unit(u, q, t(float(scale) * _LOG2E), kt, va, out, mask,
-                                       H // K, tiles),
-                  self._units(B, H, L, H // K, mask, tiles))
-        return out.astype(q.dtype, copy=False)
-
-    def _map(self, fn, items: Iterable[Any]) -> None:
-        """fn over items on the worker pool (in this thread when one worker suffices)."""
-        items = list(items)
-        if len(items) > 1 and self.num_threads > 1:
-            list(self._executor().map(fn, items))
-        else:
-            for item in items:
-                fn(item)
-
-    def _tiling(self, mask: TileMask) -> Tuple[int, int, int]:
-        """(heads per unit, query tile, key tile): the instance's, else the tuned defaults."""
-        hc, bq, bk = CAUSAL_TILES if mask.causal_offset is not None else TILES
-        return (self.heads_per_unit or hc, self.block_q or bq, self.block_k or bk)
-
-    def _units(self, B: int, H: int, L: int, G: int, mask: TileMask,
-               tiles: Tuple[int, int, int]) -> List[Tuple[int, int, int, int, int]]:
-        """(b, h0, h1, i0, i1) work units, heaviest first so the pool ends evenly.
-
-        With GQA (G query heads per kv head) a head group stays inside one kv head, so
-        its kv tile is one array broadcast over the group.
-        """
-        hc = max(1, min(H, tiles[0]))
-        if G > 1:
-            hc = max(c for c in range(1, min(hc, G) + 1) if G % c == 0)
-        bq = tiles[1]
-        units = [(b, h0, min(h0 + hc, H), i0, min(i0 + bq, L)) for b in range(B)
-                 for h0 in range(0, H, hc) for i0 in range(0, L, bq)]
-        if mask.causal_offset is not None:
-            units.sort(key=lambda u: -u[3])  # causal: later query tiles see more keys
-        return units
-
-    def _unit(self, unit: Tuple[int, int, int, int, int], q: np.ndarray, scale: Any,
-              kt: np.ndarray, va: np.ndarray, out: np.ndarray, mask: TileMask,
-              G: int, tiles: Tuple[int, int, int]) -> None:
-        """One query tile of one head group: a single pass over its visible key tiles.
-
-        The running row max m is kept lazily: a tile is first exponentiated against the
-        current m (no max, subtract or rescale passes); only when a row's tile sum leaves
-        [LO, HI] (a logit far above m, or no mass yet) is the tile redone the standard way.
-        """
-        b, h0, h1, i0, i1 = unit
-        D = q.shape[3]
-        hc, tq = h1 - h0, i1 - i0
-        buf = self._buffers(tiles, D, out.dtype)
-        acc = buf.acc[:hc, :tq]  # (h, Tq, D+1): [sum p v, sum p]
-        np.multiply(q[b, h0:h1, i0:i1], scale, out=buf.q[:hc, :tq], casting="same_kind")
-        buf.m[:hc, :tq] = 0  # m = 0 until a tile's sums leave [LO, HI]
-        buf.shifted = False  # ... so the logits need no subtraction until then
-        acc.fill(0)
-        kv = slice(h0, h1) if G == 1 else slice(h0 // G, h0 // G + 1)  # broadcast over GQA
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow: the tile is redone
-            for r0, r1, j0, j1 in self._tiles(mask, b, i0, i1, tiles[2]):
-                forbid = self._forbidden(mask, b, h0, h1, r0, r1, j0, j1)
-                if forbid is not False:  # False: the whole tile is masked, skip its matmuls
-                    self._tile(buf, slice(r0 - i0, r1 - i0), kt[b, kv, :, j0:j1], va[b, kv, j0:j1],
-                               mask, forbid, b, h0, h1, r0, r1, j0, j1)
-        # A fully masked query row has no key: row sum 0, its head output stays 0.
-        row_sum = acc[..., D:]  # (h, Tq, 1)
-        np.copyto(row_sum, 1, where=row_sum == 0)
-        np.divide(acc[..., :D], row_sum, out=out[b, h0:h1, i0:i1])
-
-    def _tiles(self, mask: TileMask, b: int, i0: int, i1: int,
-               bk: int) -> Iterator[Tuple[int, int, int, int]]:
-        """(r0, r1, j0, j1): the query rows and keys of each tile of query tile [i0, i1).
-
-        Keys every row may see come in full-height tiles of ``bk`` keys; with a causal mask
-        the diagonal square after them is cut into row strips of ``block_diag``, each ending
-        at its own last visible key, so only strip-sized triangles above the diagonal are
-        computed and masked.
-        """
-        key_end = self._key_end(mask, b, i0, i1)
-        full_end = key_end
-        if mask.causal_offset is not None:
-            full_end = min(key_end, max(i0 + mask.causal_offset, 0))  # seen by row i0 on
-        for j0 in range(0, full_end, bk):
-            yield i0, i1, j0, min(j0 + bk, full_end)
-        if full_end < key_end:
-            for r0 in range(i0, i1, self.block_diag):
-                r1 = min(r0 + self.block_diag, i1)
-                end = min(key_end, r1 + mask.causal_offset)  # row r1 - 1's last key + 1
-                for j0 in range(full_end, end, bk):
-                    yield r0, r1, j0, min(j0 + bk, end)
-
-    def _tile(self, buf: _Buffers, rows: slice, k_tile: np.ndarray, v_tile: np.ndarray,
-              mask: TileMask, forbid: Any, b: int, h0: int, h1: int, r0: int, r1: int,
-              j0: int, j1: int) -> None:
-        """Fold keys [j0, j1) into rows [r0, r1) of the unit's accumulator (``rows`` the same
-        rows relative to the unit); k_tile (h or 1, D, Tk), v_tile (h or 1, Tk, D+1)."""
-        hc, D = h1 - h0, v_tile.shape[-1] - 1
-        qs = buf.q[:hc, rows]  # (h, Tr, D)
-        m = buf.m[:hc, rows] if buf.shifted else None  # (h, Tr, 1)
-        acc, pv = buf.acc[:hc, rows], buf.pv[:hc, rows]  # (h, Tr, D+1)
-        row_sum, tile_sum = acc[..., D:], pv[..., D:]  # (h, Tr, 1) views
-        s = buf.scores[:hc, : r1 - r0, : j1 - j0]  # (h, Tr, Tk)
-        self._logits(s, qs, k_tile, m, mask, b, h0, h1, r0, r1, j0, j1)
-        np.exp2(s, out=s)  # against the current m: no max/subtract/rescale pass
-        if forbid is not None:
-            # Masked weights are exactly 0, set after exp2 (whose -inf and underflow lanes take
-            # a slow path), so garbage keys' NaN/inf never reach the sums.
-            np.copyto(s[..., forbid[0]:], 0, where=forbid[1])
-        np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
-        # Accept unless a row overflows past HI (or is NaN), or has no mass yet and underflows.
-        if tile_sum.max() <= _HI and (tile_sum.min() >= _LO
-                                      or not ((tile_sum < _LO) & (row_sum == 0)).any()):
-            acc += pv
-            return
-        shift, alpha = buf.shift[:hc, rows], buf.alpha[:hc, rows]  # (h, Tr, 1)
-        m = buf.m[:hc, rows]  # (h, Tr, 1)
-        self._logits(s, qs, k_tile, m, mask, b, h0, h1, r0, r1, j0, j1)
-        if forbid is not None:  # assign, not add: garbage keys may be NaN
-            np.copyto(s[..., forbid[0]:], -np.inf, where=forbid[1])
-        # Standard online-softmax step: raise m to the tile's row max where it grew.
-        np.max(s, axis=-1, keepdims=True, out=shift)
-        grow = np.isfinite(shift) & ((shift > 0) | (row_sum == 0))
-        np.copyto(shift, 0, where=~grow)  # rows that keep their m (or see no key)
-        s -= shift
-        np.exp2(s, out=s)  # softmax numerators (base 2) in the compute dtype
-        np.negative(shift, out=alpha)
-        np.exp2(alpha, out=alpha)  # rescales the old sum and accumulator; inf if row_sum == 0
-        np.copyto(alpha, 1, where=row_sum == 0)  # nothing to rescale (and no 0*inf)
-        np.matmul(s, v_tile, out=pv)  # (h, Tr, D+1)
-        acc *= alpha
-        acc += pv
-        m += shift
-        buf.shifted = True
-
-    @staticmethod
-    def _logits(s: np.ndarray, qs: np.ndarray, k_tile: np.ndarray, m: Optional[np.ndarray],
-                mask: TileMask, b: int, h0: int, h1: int, i0: int, i1: int, j0: int,
-                j1: int) -> None:
-        """s = (q.k*scale + bias) * log2(e) - m (m None: all 0), masks not applied;
-        qs (h, Tq, D) holds q*scale*log2(e), k_tile (h or 1, D, Tk), m (h, Tq, 1)."""
-        np.matmul(qs, k_tile, out=s)  # (h, Tq, Tk)
-        if m is not None:
-            s -= m
-        if mask.bias is not None:
-            s += mask.bias[b, h0:h1, i0:i1, j0:j1]
-
-    def _key_end(self, mask: TileMask, b: int, i0: int, i1: int) -> int:
-        """Keys past this are hidden from every query in [i0, i1): valid_lens and causal."""
-        end = int(mask.key_end[b])
-        if mask.row_lens is not None:
-            end = min(end, int(mask.row_lens[b, i0:i1].max()))
-        if mask.causal_offset is not None:
-            end = min(end, i1 - 1 + mask.causal_offset + 1)
-        return max(end, 0)
-
-    def _forbidden(self, mask: TileMask, b: int, h0: int, h1: int, i0: int, i1: int, j0: int,
-                   j1: int):
-        """The tile's masked entries: None (none masked), False (all masked) or (c0, forbid)
-        with forbid a bool array broadcastable to (h, Tq, Tk - c0) over the tile's columns
-        from c0 on (head-free parts stay 2-D; a causal strip's c0 skips the columns every
-        row sees, so only its own diagonal square is masked)."""
-        forbid = None
-        if mask.row_lens is not None:
-            lens = mask.row_lens[b, i0:i1]  # (Tq,)
-            if j0 >= lens.max():
-                return False
-            if j1 > lens.min():
-                forbid = np.arange(j0, j1)[None, :] >= lens[:, None]  # (Tq, Tk)
-        if mask.causal_offset is not None:
-            last = mask.causal_offset + i0  # row i0's last visible key; row i0 + x's is last + x
-            if j0 > last + (i1 - i0 - 1):
-                return False
-            if j1 - 1 > last:
-                c0 = max(0, last + 1 - j0)  # the columns before c0 are seen by every row
-                part = _above_diagonal(i1 - i0, j1 - j0 - c0, last - j0 - c0)  # shared
-                if forbid is None and mask.allowed is None:
-                    return c0, part
-                if forbid is None:
-                    forbid = np.zeros((i1 - i0, j1 - j0), bool)  # (Tq, Tk)
-                np.logical_or(forbid[:, c0:], part, out=forbid[:, c0:])
-        if mask.allowed is not None:
-            heads = slice(h0, h1) if mask.allowed.strides[1] else slice(h0, h0 + 1)
-            allowed = mask.allowed[b, heads, i0:i1, j0:j1]  # (h or 1, Tq, Tk) view
-            if not allowed.any():
-                return False
-            forbid = ~allowed if forbid is None else np.logical_or(forbid, ~allowed)
-        return None if forbid is None else (0, forbid)
-
-    # --- workers ------------------------------------------------------------------------------
-    def _buffers(self, tiles: Tuple[int, int, int], d: int, dtype: np.dtype) -> _Buffers:
-        """This thread's buffers for these tile sizes, head width and dtype (the last 4 kept)."""
-        bufs = getattr(self._local, "bufs", None)
-        if bufs is None:
-            bufs = self._local.bufs = {}
-        key = (*tiles, d, np.dtype(dtype))
-        buf = bufs.pop(key, None) or _Buffers(*key)
-        bufs[key] = buf  # most recently used last
-        while len(bufs) > 4:
-            bufs.pop(next(iter(bufs)))
-        return buf
-
-    def _workspace(self, name: str, shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
-        """A named intermediate of run(), reused while its shape and dtype repeat: fresh
-        arrays this size cost page faults on every call (2-6 ms at L = 1024)."""
-        a = self._work.get(name)
-        if a is None or a.shape != shape or a.dtype != dtype:
-            self._work.pop(name, None)  # free the old one before allocating
-            a = self._work[name] = np.empty(shape, dtype)
-        return a
-
-    def _scratch(self, shape: Tuple[int, int], dtype: Any) -> np.ndarray:
-        """This thread's (rows, cols) projection scratch, grown as needed."""
-        a = getattr(self._local, "scratch", None)
-        if a is None or a.dtype != dtype or a.size < shape[0] * shape[1]:
-            a = self._local.scratch = np.empty(shape[0] * shape[1], dtype)
-        return a[:shape[0] * shape[1]].reshape(shape)
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="numpy-flash")
-        return self._pool
-
-    def _one_blas_thread(self):
-        """Hold BLAS to one thread while our workers run (each worker is one core)."""
-        if self.num_threads <= 1:
-            return nullcontext()
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:  # threadpoolctl is a dependency; without it BLAS threads stay
-            return nullcontext()
-        if self._blas is None:
-            self._blas = ThreadpoolController()
-        return self._blas.limit(limits=1, user_api="blas")
+        with self.workers.one_blas_thread():
+            self.workers.map(lambda b: (stage(k[b].transpose(1, 0, 2), kt, "k", b, 0),
+                                        stage(v[b].transpose(1, 0, 2), va, "v", b, 0)), range(B))
+            return self.kernel(q, kt, va, mask, scale), None
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"block_q": self.block_q, "block_k": self.block_k,
@@ -522,17 +157,3 @@ class NumpyFlashMHA(NumpyCore):
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)
-
-
-@functools.lru_cache(maxsize=64)
-def _above_diagonal(rows: int, cols: int, shift: int) -> np.ndarray:
-    """Read-only (rows, cols) bool, True where col > row + shift (a causal tile's masked part);
-    cached, since aligned tiles repeat a handful of shapes and shifts."""
-    tri = np.arange(cols)[None, :] > np.arange(shift, rows + shift)[:, None]  # (Tq, Tk)
-    tri.setflags(write=False)
-    return tri
-
-
-def _compute_dtype(dtype: Any) -> type:
-    """float16 tiles run in float32 (NumPy has no fast float16 matmul; sums need the range)."""
-    return np.float32 if np.dtype(dtype) == np.float16 else np.dtype(dtype).type

@@ -2,8 +2,10 @@
 
 ``NumpyCore`` does the untimed and projection work; a NumPy attention kernel
 subclasses it and supplies only ``attend(q, k, v, mask, scale, need_weights)`` (per-head
-q, k, v -> head outputs), the signature the torch and jax cores share; ``mask`` is a
-``suite.adapters.AttendMask`` of NumPy arrays in the compute dtype.
+q, k, v -> head outputs), the signature the torch and jax cores share; ``mask`` is what
+``attention_mask(problem, dtype)`` translates the canonical mask into: by default a
+``suite.adapters.AttendMask`` of NumPy arrays in the compute dtype, which a kernel with
+its own mask representation overrides (``numpy.flash`` keeps the mask in parts).
 """
 
 from __future__ import annotations
@@ -38,18 +40,29 @@ class NumpyCore(Implementation):
             raise ValueError(f"device: expected 'cpu', got {device!r}")
         if dtype not in NP_DTYPES:
             raise ValueError(f"dtype: expected one of {sorted(NP_DTYPES)}, got {dtype!r}")
+        if need_weights and "weights" not in self.features:
+            raise ValueError(f"need_weights: {self.name} does not return attention weights "
+                             f"(feature 'weights' not declared), got True")
         t = NP_DTYPES[dtype]
         p = problem
 
         def cast(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
             return None if a is None else np.ascontiguousarray(a, dtype=t)
 
-        # The bias carries -inf where the boolean parts forbid attention.
-        mask = attend_mask(p, put_float=cast)
+        mask = self.attention_mask(p, t)
         return {"p": p, "dtype": t, "need_weights": need_weights,
                 "query": cast(p.query), "key": cast(p.key), "value": cast(p.value),
                 "w": {k: cast(v) for k, v in p.weights.as_dict().items()},
                 "mask": mask, "scale": t(p.effective_scale)}
+
+    def attention_mask(self, problem: Problem, dtype: type) -> Any:
+        """The canonical mask in the form ``attend`` takes, built once in ``prepare``
+        (untimed): an ``AttendMask`` whose bias carries -inf where the boolean parts forbid
+        attention, in ``dtype``; a kernel with its own mask form overrides this."""
+        def cast(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+            return None if a is None else np.ascontiguousarray(a, dtype=dtype)
+
+        return attend_mask(problem, put_float=cast)
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: AttendMask,
                scale: float, need_weights: bool):

@@ -161,14 +161,17 @@ class TorchModuleCore(TorchCore):
 
     The mask reaches ``call`` as ``suite.adapters.MaskParts`` split with ``mask_split``
     (default: everything in one per-head boolean ``mask``, True = attend; per problem:
-    ``mask_split_for``), its arrays as
-    tensors on the device (``bias`` in the compute dtype).
+    ``mask_split_for``), its arrays as tensors on the device (``bias`` in the compute dtype);
+    a library with its own mask arguments overrides ``module_mask``. ``batch_first = False``
+    gives ``call`` inputs (L, B, E) and takes its output in that layout; ``shares_input``
+    says when query, key and value go in as one tensor (a module's self-attention path).
     """
 
     features = frozenset({"cross", "grad"})  # declare what the module really handles
     layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
     mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,
                                   "native_causal": (), "per_head": True}
+    batch_first = True  # False: inputs, output and cotangent are sequence first, (L, B, E)
 
     def mask_split_for(self, problem: Problem) -> Dict[str, Any]:
         """``split_mask``'s arguments for ``problem`` (default: the class's ``mask_split``).
@@ -180,10 +183,30 @@ class TorchModuleCore(TorchCore):
         """The module for ``problem`` (its sizes; weights are loaded afterwards)."""
         raise NotImplementedError
 
+    def build_for(self, problem: Problem, *, shared_input: bool) -> torch.nn.Module:
+        """The module for ``problem`` when ``shares_input`` decided ``shared_input`` (a
+        module whose self-attention form is another module overrides this); ``build``."""
+        return self.build(problem)
+
     def call(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-             value: torch.Tensor, mask: adapters.MaskParts, need_weights: bool):
+             value: torch.Tensor, mask: Any, need_weights: bool):
         """One forward: -> (output (B, L, E), attention weights (B, H, L, S) or None)."""
         raise NotImplementedError
+
+    def shares_input(self, problem: Problem, grad: bool) -> bool:
+        """Whether query, key and value go in as one tensor (default: never; separate
+        leaves are needed for their gradients)."""
+        return False
+
+    def module_mask(self, problem: Problem, device: torch.device, dtype: torch.dtype) -> Any:
+        """The mask as ``call`` receives it: ``MaskParts`` split with ``mask_split_for``, its
+        arrays as tensors on ``device`` (``bias`` in ``dtype``)."""
+        parts = adapters.split_mask(problem, **self.mask_split_for(problem))
+        return dataclasses.replace(parts, **{
+            n: None if a is None else torch.as_tensor(
+                np.ascontiguousarray(a), device=device, dtype=dtype if n == "bias" else None)
+            for n, a in (("key_padding", parts.key_padding), ("mask", parts.mask),
+                         ("bias", parts.bias))})
 
     def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
         for role, layer in adapters.to_linear(problem.weights).items():
@@ -201,29 +224,34 @@ class TorchModuleCore(TorchCore):
                                  grad(getattr(module, name).bias))
             for role, name in self.layers.items()})
 
+    def _layout(self, a: np.ndarray) -> np.ndarray:
+        """(B, L, E) -> the layout ``call`` takes: as is, or sequence first (L, B, E)."""
+        return a if self.batch_first else np.swapaxes(a, 0, 1)
+
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
         p, (dev, t) = problem, self.target(device, dtype)
+        shared = self.shares_input(p, grad)
         # Cast first, then load: the canonical float64 weights are rounded once, to the run's
         # dtype (loading into a float32 module first would round float64 runs to float32).
-        module = self.build(p).to(dev, t).eval()
+        module = self.build_for(p, shared_input=shared).to(dev, t).eval()
         with torch.no_grad():
             self.load_weights(module, p)
 
         def put(a: np.ndarray) -> torch.Tensor:
-            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
+            x = torch.as_tensor(np.ascontiguousarray(self._layout(a)), device=dev).to(t)
             return x.requires_grad_(True) if grad else x
 
-        parts = adapters.split_mask(p, **self.mask_split_for(p))
-        mask = dataclasses.replace(parts, **{
-            n: None if a is None else torch.as_tensor(
-                np.ascontiguousarray(a), device=dev, dtype=t if n == "bias" else None)
-            for n, a in (("key_padding", parts.key_padding), ("mask", parts.mask),
-                         ("bias", parts.bias))})
+        if shared:  # one tensor as query, key and value
+            x = put(p.query)
+            tensors = {"query": x, "key": x, "value": x}
+        else:  # separate leaves, so each gets its own gradient
+            tensors = {n: put(getattr(p, n)) for n in ("query", "key", "value")}
         state = {"p": p, "device": dev, "module": module, "need_weights": need_weights,
-                 "tensors": {n: put(getattr(p, n)) for n in ("query", "key", "value")},
-                 "grad": grad, "mask": mask, "compile_s": None,
-                 "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None}
+                 "tensors": tensors, "grad": grad, "mask": self.module_mask(p, dev, t),
+                 "compile_s": None,
+                 "cotangent": torch.as_tensor(self._layout(cotangent(p)), device=dev).to(t)
+                 if grad else None}
         self.after_prepare(state)
         return state
 
@@ -239,6 +267,11 @@ class TorchModuleCore(TorchCore):
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
         result = super().fetch(state, handle)
+        if not self.batch_first:  # back to (B, L, E)
+            result.output = np.swapaxes(result.output, 0, 1)
+            if state["grad"]:
+                result.grads = {n: np.swapaxes(g, 0, 1) if n in state["tensors"] else g
+                                for n, g in result.grads.items()}
         if state["grad"]:
             result.grads = {**result.grads, **self.weight_grads(state["module"])}
         return result

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchCore, _np
+from implementations.torch_common import TorchModuleCore, _np
 from implementations.torch_nn import TORCH_NN_FORMS, form_masks
 from suite import adapters
-from suite.plugin import Deviation, Result, Unsupported
-from suite.problem import GRAD_NAMES, Problem, cotangent
+from suite.plugin import Deviation, Unsupported
+from suite.problem import Problem
 
 _NAN_PADDING = Deviation(
     "confined", "NaN in a padded key or value position gives NaN rows: the mask is added to "
@@ -33,7 +33,7 @@ _NAN_PADDING = Deviation(
                 f"(measured, torch {torch.__version__})")
 
 
-class TorchFMHA(TorchCore):
+class TorchFMHA(TorchModuleCore):
     name = "torch.F_mha"
     # No GQA (one head count) and no explicit scale (always 1/sqrt(D)).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
@@ -42,61 +42,56 @@ class TorchFMHA(TorchCore):
     need_weights = False
     mask_forms = TORCH_NN_FORMS  # the module's masks are this function's
 
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        p, (dev, t) = problem, self.target(device, dtype)
+    layers = {}  # packed parameters: load_weights/weight_grads below
+    batch_first = False  # sequence first, (L, B, E): transposed in prepare, untimed
+
+    def build(self, p: Problem) -> torch.nn.Module:
         if p.K != p.H:
             raise Unsupported(f"multi_head_attention_forward has one head count for q, k and v "
                               f"(H={p.H}, H_kv={p.K})")
+        return _PackedParams(p.E, p.H, p.weights.b_q is not None)
 
-        def put(a):
-            if a is None:
-                return None
-            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
-            return x.requires_grad_(True) if grad else x
-
+    def load_weights(self, module: torch.nn.Module, p: Problem) -> None:
         # in_proj_weight (3E, E), in_proj_bias (3E,), out_proj_weight (E, E), out_proj_bias
-        params = {n: put(a) for n, a in adapters.to_packed(p.weights).items()}
-        # Sequence first: (B, L, E) -> (L, B, E), done here, untimed.
-        inputs = {n: put(np.swapaxes(a, 0, 1)) for n, a in
-                  (("query", p.query), ("key", p.key), ("value", p.value))}
-        return {"p": p, "device": dev, "params": params, "inputs": inputs, "grad": grad,
-                **(form_masks(p, dev, t) if adapters.requested_form(p) else fmha_masks(p, dev, t)),
-                "cotangent": torch.as_tensor(np.swapaxes(cotangent(p), 0, 1),
-                                             device=dev).to(t) if grad else None,
-                "compile_s": None}
+        for n, a in adapters.to_packed(p.weights).items():
+            if a is not None:
+                getattr(module, n).copy_(torch.as_tensor(a))
 
-    def _call(self, s: Dict[str, Any]):
-        p, x, w = s["p"], s["inputs"], s["params"]
+    def weight_grads(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
+        return adapters.grads_from_packed({n: None if t is None else _np(t.grad)
+                                           for n, t in module.named_parameters()})
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        if not state["grad"]:
+            # Plain tensors, as a caller of the function passes them: with weights that
+            # require grad, torch multiplies the bias-free projections through another
+            # path (outputs differ by 3.6e-7 in float32, measured, torch 2.13 CPU).
+            state["module"].requires_grad_(False)
+
+    def module_mask(self, p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
+        return form_masks(p, dev, t) if adapters.requested_form(p) else fmha_masks(p, dev, t)
+
+    def call(self, w, query, key, value, mask, need_weights):
         return F.multi_head_attention_forward(
-            x["query"], x["key"], x["value"], p.E, p.H,
-            w["in_proj_weight"], w["in_proj_bias"], None, None, False, 0.0,
-            w["out_proj_weight"], w["out_proj_bias"], training=False,
-            key_padding_mask=s["key_padding_mask"], need_weights=self.need_weights,
-            attn_mask=s["attn_mask"], average_attn_weights=False,  # weights (B, H, L, S)
-            is_causal=s["is_causal"])  # out (L, B, E)
+            query, key, value, w.embed_dim, w.num_heads,
+            w.in_proj_weight, w.in_proj_bias, None, None, False, 0.0,
+            w.out_proj_weight, w.out_proj_bias, training=False,
+            key_padding_mask=mask["key_padding_mask"], need_weights=self.need_weights,
+            attn_mask=mask["attn_mask"], average_attn_weights=False,  # weights (B, H, L, S)
+            is_causal=mask["is_causal"])  # out (L, B, E)
 
-    def run(self, s: Dict[str, Any]):
-        if not s["grad"]:
-            with torch.inference_mode():
-                return self._call(s)
-        for v in [*s["inputs"].values(), *s["params"].values()]:
-            if v is not None:
-                v.grad = None
-        out, weights = self._call(s)
-        out.backward(s["cotangent"])
-        return out.detach(), None if weights is None else weights.detach()
 
-    def fetch(self, s: Dict[str, Any], handle) -> Result:
-        out, weights = handle
-        grads = None
-        if s["grad"]:
-            grads = {n: np.swapaxes(_np(t.grad), 0, 1) for n, t in s["inputs"].items()}
-            grads.update(adapters.grads_from_packed(
-                {n: None if t is None else _np(t.grad) for n, t in s["params"].items()}))
-            grads = {n: g for n, g in grads.items() if n in GRAD_NAMES}
-        return Result(np.swapaxes(_np(out), 0, 1),
-                      None if weights is None else _np(weights), grads)
+class _PackedParams(torch.nn.Module):
+    """The function's parameters as leaves of a module: in_proj_weight (3E, E), in_proj_bias
+    (3E,), out_proj_weight (E, E), out_proj_bias (E,) (the biases absent without bias)."""
+
+    def __init__(self, E: int, H: int, bias: bool):
+        super().__init__()
+        self.embed_dim, self.num_heads = E, H
+        self.in_proj_weight = torch.nn.Parameter(torch.empty(3 * E, E))
+        self.out_proj_weight = torch.nn.Parameter(torch.empty(E, E))
+        self.in_proj_bias = torch.nn.Parameter(torch.empty(3 * E)) if bias else None
+        self.out_proj_bias = torch.nn.Parameter(torch.empty(E)) if bias else None
 
 
 def fmha_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:

@@ -36,10 +36,10 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from implementations.torch_common import TorchCore, _np
+from implementations.torch_common import TorchModuleCore, _np
 from suite import adapters
-from suite.plugin import Deviation, Result, Unsupported
-from suite.problem import GRAD_NAMES, Problem, cotangent
+from suite.plugin import Deviation, Unsupported
+from suite.problem import Problem
 
 # Mask forms nn.MultiheadAttention takes: attn_mask (L, S) or (B*H, L, S), boolean (True =
 # masked) or additive float, key_padding_mask (B, S) boolean or float, mixed kinds (bool
@@ -64,7 +64,7 @@ def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
             "is_causal": "causal_hint" in adapters.form_parts(p.mask_form)}
 
 
-class TorchNN(TorchCore):
+class TorchNN(TorchModuleCore):
     name = "torch.nn"
     mask_forms = TORCH_NN_FORMS
     need_weights = True  # the path this name measures (with per-head weights)
@@ -82,79 +82,45 @@ class TorchNN(TorchCore):
                         f"(measured, torch {torch.__version__})"),
     }
 
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        dev, t = self.target(device, dtype)
-        if problem.K != problem.H:
+    layers = {}  # one packed in_proj: load_weights/weight_grads below
+
+    def build(self, p: Problem) -> torch.nn.Module:
+        if p.K != p.H:
             raise ValueError(f"num_kv_heads: torch.nn.MultiheadAttention has no GQA, expected "
-                             f"{problem.H}, got {problem.K}")
-        p = problem
-        w = p.weights
-        has_bias = w.b_q is not None
-        mha = torch.nn.MultiheadAttention(p.E, p.H, bias=has_bias, batch_first=True,
-                                          device=dev, dtype=t)
-        packed = adapters.to_packed(w)  # in_proj (3E, E), out_proj (E, E): left-multiply
-        with torch.no_grad():
-            mha.in_proj_weight.copy_(torch.as_tensor(packed["in_proj_weight"]))
-            mha.out_proj.weight.copy_(torch.as_tensor(packed["out_proj_weight"]))
-            if has_bias:
-                mha.in_proj_bias.copy_(torch.as_tensor(packed["in_proj_bias"]))
-                mha.out_proj.bias.copy_(torch.as_tensor(packed["out_proj_bias"]))
-        mha.eval()
+                             f"{p.H}, got {p.K}")
+        return torch.nn.MultiheadAttention(p.E, p.H, bias=p.weights.b_q is not None,
+                                           batch_first=True)
 
-        def put(a):
-            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
-            return x.requires_grad_(True) if grad else x
+    def load_weights(self, mha: torch.nn.Module, p: Problem) -> None:
+        packed = adapters.to_packed(p.weights)  # in_proj (3E, E), out_proj (E, E): left-multiply
+        mha.in_proj_weight.copy_(torch.as_tensor(packed["in_proj_weight"]))
+        mha.out_proj.weight.copy_(torch.as_tensor(packed["out_proj_weight"]))
+        if packed["in_proj_bias"] is not None:
+            mha.in_proj_bias.copy_(torch.as_tensor(packed["in_proj_bias"]))
+            mha.out_proj.bias.copy_(torch.as_tensor(packed["out_proj_bias"]))
 
-        if not grad and p.key is p.query and p.value is p.query:
-            x = put(p.query)  # one tensor: eligible for MultiheadAttention's fast path
-            inputs = {"query": x, "key": x, "value": x}
-        else:  # separate leaves, so each gets its own gradient
-            inputs = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
+    def weight_grads(self, mha: torch.nn.Module) -> Dict[str, np.ndarray]:
+        def g(param):
+            return None if param is None else _np(param.grad)
+
+        return adapters.grads_from_packed({
+            "in_proj_weight": g(mha.in_proj_weight), "in_proj_bias": g(mha.in_proj_bias),
+            "out_proj_weight": g(mha.out_proj.weight), "out_proj_bias": g(mha.out_proj.bias)})
+
+    def shares_input(self, p: Problem, grad: bool) -> bool:
+        # One tensor: eligible for MultiheadAttention's fast path.
+        return not grad and p.key is p.query and p.value is p.query
+
+    def module_mask(self, p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
         if adapters.requested_form(p):
-            masks = form_masks(p, dev, t)
-        else:
-            attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
-            masks = {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask,
-                     "is_causal": False}
-        return {"p": p, "device": dev, "mha": mha, "inputs": inputs, "grad": grad,
-                "need_weights": self.need_weights, **masks,
-                "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
-                "compile_s": None}
+            return form_masks(p, dev, t)
+        attn_mask, key_padding_mask = torch_nn_masks(p, dev, t)
+        return {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "is_causal": False}
 
-    def _call(self, s: Dict[str, Any]):
-        x = s["inputs"]
-        return s["mha"](x["query"], x["key"], x["value"], attn_mask=s["attn_mask"],
-                        key_padding_mask=s["key_padding_mask"], need_weights=s["need_weights"],
-                        average_attn_weights=False,  # weights (B, H, L, S)
-                        is_causal=s["is_causal"])
-
-    def run(self, s: Dict[str, Any]):
-        if not s["grad"]:
-            with torch.inference_mode():
-                return self._call(s)
-        s["mha"].zero_grad(set_to_none=True)
-        for v in s["inputs"].values():
-            v.grad = None
-        out, weights = self._call(s)
-        out.backward(s["cotangent"])
-        return out.detach(), None if weights is None else weights.detach()
-
-    def fetch(self, s: Dict[str, Any], handle) -> Result:
-        out, weights = handle
-        grads = None
-        if s["grad"]:
-            mha = s["mha"]
-            grads = {n: _np(t.grad) for n, t in s["inputs"].items()}
-
-            def g(param):
-                return None if param is None else _np(param.grad)
-
-            grads.update(adapters.grads_from_packed({
-                "in_proj_weight": g(mha.in_proj_weight), "in_proj_bias": g(mha.in_proj_bias),
-                "out_proj_weight": g(mha.out_proj.weight), "out_proj_bias": g(mha.out_proj.bias)}))
-            grads = {n: g for n, g in grads.items() if n in GRAD_NAMES}
-        return Result(_np(out), None if weights is None else _np(weights), grads)
+    def call(self, mha, query, key, value, mask, need_weights):
+        # need_weights is the name's (the path it measures), whatever the case asks.
+        return mha(query, key, value, **mask, need_weights=self.need_weights,
+                   average_attn_weights=False)  # weights (B, H, L, S)
 
 
 class TorchNNSDPA(TorchNN):

@@ -13,8 +13,9 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from implementations.numpy_flash import CAUSAL_TILES, TILES, NumpyFlashMHA, tile_mask
+from implementations.numpy_flash import NumpyFlashMHA
 from implementations.numpy_mha import NumpyMHA
+from implementations.numpy_tiles import CAUSAL_TILES, TILES, TiledAttention, tile_mask
 from suite.adapters import AttendMask
 from suite.agreement import max_abs_err
 from suite.oracle import naive, oracle
@@ -91,7 +92,7 @@ def test_default_tiles(causal):
     """The tuned defaults (one head of (512, 512) tiles; four heads of (256, 256) tiles and
     128-row diagonal strips when causal) at a length that ends in partial tiles."""
     impl = NumpyFlashMHA()
-    assert impl._tiling(tile_mask(make_problem(0, 1, 4, 4, 8, 2, mask=Mask(causal=causal)),
+    assert impl.kernel.tiling(tile_mask(make_problem(0, 1, 4, 4, 8, 2, mask=Mask(causal=causal)),
                                   np.float32)) == (CAUSAL_TILES if causal else TILES)
     p = make_problem(4, 1, 700, 700, 64, 8, mask=Mask(causal=causal)).validate()
     check(p, impl)
@@ -202,19 +203,19 @@ def test_float16_runs_within_the_naive_rule():
     check(p, dtypes=("float16",))
 
 
-def test_causal_skips_tiles_above_the_diagonal():
+def test_causal_skips_tiles_above_the_diagonal(monkeypatch):
     """Causal attention computes about half the scores: whole tiles below the diagonal and
     row strips across it, so only strip-sized triangles above it are computed."""
     sizes = []
+    logits = TiledAttention._logits
 
-    class Counting(NumpyFlashMHA):
-        @staticmethod
-        def _logits(s, *args):
-            sizes.append(s.size)
-            NumpyFlashMHA._logits(s, *args)
+    def counting(s, *args):
+        sizes.append(s.size)
+        logits(s, *args)
 
+    monkeypatch.setattr(TiledAttention, "_logits", staticmethod(counting))
     L, diag = 64, 2
-    impl = Counting(block_q=8, block_k=8, num_threads=1, heads_per_unit=1, block_diag=diag)
+    impl = NumpyFlashMHA(block_q=8, block_k=8, num_threads=1, heads_per_unit=1, block_diag=diag)
     p = make_problem(1, 1, L, L, 4, 1).validate()
     impl(p, "cpu", "float32")
     assert (len(sizes), sum(sizes)) == (64, L * L)

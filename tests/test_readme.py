@@ -12,21 +12,27 @@ from tests.conftest import ROOT
 pytest.importorskip("torch")
 
 
-def _section_code(title: str) -> str:
+def _section_code(title: str, containing: str = "") -> str:
+    """The section's first Python block (the first that contains ``containing``)."""
     text = (ROOT / "README.md").read_text()
     section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if containing in b)
+
+
+def _run_example(cli, tmp_path, code: str, max_lines: int, impl: str, *args: str):
+    """Run a README block as a plugin under ``mha-suite check`` (float32); its records."""
+    __tracebackhide__ = True
+    assert len([line for line in code.splitlines() if line.strip()]) <= max_lines, code
+    plugin, out = tmp_path / "my_plugin.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    proc = cli("check", "--plugin", str(plugin), "--impl", impl, "--dtype", "float32",
+               "--workers", "0", "--json", str(out), *args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())["results"]
 
 
 def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
-    code = _section_code("Testing your own module")
-    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
-    plugin, out = tmp_path / "my_plugin.py", tmp_path / "c.json"
-    plugin.write_text(code)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.*", "--dtype", "float32",
-               "--workers", "0", "--json", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    records = json.loads(out.read_text())["results"]
+    records = _run_example(cli, tmp_path, _section_code("Testing your own module"), 20, "mine.*")
     outcome = {(r["impl"], r["family"], r["case"]): r["outcome"] for r in records}
     for impl in ("mine.attention", "mine.attention[weights]"):
         assert sum(o == "pass" for (i, *_), o in outcome.items() if i == impl) > 30, impl
@@ -36,16 +42,26 @@ def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
     assert outcome[("mine.attention[weights]", "masking", "fully_masked_bool_row")] == "deviation"
 
 
+def test_own_jax_module_example_runs_under_the_conformance_cases(cli, tmp_path):
+    """The JAX module on JaxModuleCore: masks, the declared behaviours, gradients."""
+    pytest.importorskip("flax")
+    code = _section_code("Testing your own module", containing="JaxModuleCore")
+    records = _run_example(cli, tmp_path, code, 20, "mine.jax",
+                           "-k", "gradients and (plain or masked) or masking and (valid_lens or causal)")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for case in ("plain", "masked"):
+        assert outcome[("gradients", case)] == "pass", case
+    for case in ("valid_lens", "valid_lens_per_query", "causal", "causal_bottom_right_short_query"):
+        assert outcome[("masking", case)] == "pass", case
+    # jax.nn gives a query row with no key to attend uniform weights: declared, so a deviation.
+    assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
+
+
 def test_own_gpu_kernel_example_runs_under_the_triton_interpreter(cli, tmp_path):
     pytest.importorskip("triton")
     code = _section_code("Testing your own GPU kernel without a GPU")
-    assert len([line for line in code.splitlines() if line.strip()]) <= 25, code
-    plugin, out = tmp_path / "my_triton.py", tmp_path / "c.json"
-    plugin.write_text(code)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.triton", "--dtype", "float32",
-               "--workers", "0", "--json", str(out), "-k", "gqa or mqa or one_head or cross")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    records = json.loads(out.read_text())["results"]
+    records = _run_example(cli, tmp_path, code, 25, "mine.triton",
+                           "-k", "gqa or mqa or one_head or cross")
     outcome = {r["case"]: r["outcome"] for r in records if r["family"] == "shapes"}
     assert {r["device"] for r in records} == {"cpu-interpret"}  # no GPU here: interpreted
     assert all(r["outcome"] == "unsupported" for r in records if r["family"] != "shapes")
