@@ -292,38 +292,36 @@ def _settings(d: pd.DataFrame, keys: List[str], always: List[str]) -> List[Tuple
     return [(str(v), d[label == v]) for v in sorted(label.unique(), key=_natural)]
 
 
-def time_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
-                   ) -> List[Chart]:
-    """Log-log median time vs length with an n^2 guide: a column per mask."""
-    styles = styles or impl_styles(ok)
+def _time_charts(subset: pd.DataFrame, keys: List[str], always: List[str], x: str,
+                 xlabel: str, guides: Dict[float, str], what: str, guide_note: str,
+                 styles: Dict[str, Style]) -> List[Chart]:
+    """Log-log median time vs ``x``, a column per mask, one chart per device and setting."""
     out = []
-    for device, dev in length_subset(ok).groupby("device"):
-        for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
+    for device, dev in subset.groupby("device"):
+        for setting, d in _settings(dev, keys, always):
             d, style = with_style(d.assign(time_ms=d["median_s"] * 1e3), ["machine", "grad"])
-            fig = _lines(d, "L", "time_ms", "mask", style, "median time per call (ms)",
-                         "sequence length L (= S)", styles, guides={2.0: "n²"},
-                         col_template="mask: {col_name}")
-            title = f"Time vs sequence length on {device}, {setting} (log-log; dashed: n²)"
+            fig = _lines(d, x, "time_ms", "mask", style, "median time per call (ms)", xlabel,
+                         styles, guides=guides, col_template="mask: {col_name}")
+            title = f"Time vs {what} on {device}, {setting} ({guide_note})"
             _title(fig, title)
             out.append(to_chart(fig, title))
     return out
+
+
+def time_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
+                   ) -> List[Chart]:
+    """Log-log median time vs length with an n^2 guide: a column per mask."""
+    return _time_charts(length_subset(ok), PANEL_KEYS, ["H"], "L", "sequence length L (= S)",
+                        {2.0: "n²"}, "sequence length", "log-log; dashed: n²",
+                        styles or impl_styles(ok))
 
 
 def time_vs_heads(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
                   ) -> List[Chart]:
     """Log-log median time vs head count at a fixed length, with a linear guide."""
-    styles = styles or impl_styles(ok)
-    out = []
-    for device, dev in heads_subset(ok).groupby("device"):
-        for setting, d in _settings(dev, ["dtype", "B", "D", "L"], ["L"]):
-            d, style = with_style(d.assign(time_ms=d["median_s"] * 1e3), ["machine", "grad"])
-            fig = _lines(d, "H", "time_ms", "mask", style, "median time per call (ms)",
-                         "head count H (E = H·D)", styles, guides={1.0: "∝ H"},
-                         col_template="mask: {col_name}")
-            title = f"Time vs head count on {device}, {setting} (log-log; dotted: linear in H)"
-            _title(fig, title)
-            out.append(to_chart(fig, title))
-    return out
+    return _time_charts(heads_subset(ok), ["dtype", "B", "D", "L"], ["L"], "H",
+                        "head count H (E = H·D)", {1.0: "∝ H"}, "head count",
+                        "log-log; dotted: linear in H", styles or impl_styles(ok))
 
 
 def throughput(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
