@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional, Tuple
 
+from suite.plugin import declared, interpreted
+
 # family -> case names, first = the one a per-shape compiler runs.
 SAMPLE: Dict[str, Tuple[str, ...]] = {
     # key padding + boolean mask + bias at once; padded keys holding NaN; bottom-right causal
@@ -44,9 +46,7 @@ SAMPLE_EXAMPLES_COMPILED = 3
 def compiles_per_shape(impl: object, device: str) -> bool:
     """True for a plugin that compiles anew for every shape (its cases cost seconds each)
     or a kernel run by its interpreter on ``device``."""
-    from suite.plugin import interpreted
-
-    return bool(getattr(impl, "compiles_per_shape", False)) or interpreted(device)
+    return bool(declared(impl, "compiles_per_shape")) or interpreted(device)
 
 
 def sampled(impl: object, device: str, family: str, name: str,
@@ -55,8 +55,8 @@ def sampled(impl: object, device: str, family: str, name: str,
     ``form_order``: every mask form's name, in MASK_FORMS order (for the mask_forms family)."""
     small = compiles_per_shape(impl, device)
     if family == "mask_forms":
-        declared = frozenset(getattr(impl, "mask_forms", ()) or ())
-        chosen = [f for f in (form_order or ()) if f in declared]
+        forms = declared(impl, "mask_forms")
+        chosen = [f for f in (form_order or ()) if f in forms]
         k = 1 if small else MASK_FORMS_SAMPLED
         if not chosen:  # its library takes none natively: one case says so (unsupported)
             return name == next(iter(form_order or ()), None)
@@ -70,7 +70,7 @@ def sampled(impl: object, device: str, family: str, name: str,
 def counted(impl: object, family: str, name: str) -> bool:
     """Whether a case the sample leaves out is counted as left to ``mha-suite check``: not a
     mask form the plugin does not declare (that case is unsupported without running)."""
-    return family != "mask_forms" or name in (getattr(impl, "mask_forms", ()) or ())
+    return family != "mask_forms" or name in declared(impl, "mask_forms")
 
 
 def sweep_left_out(impl: object, device: str, point: Any, spec: Dict[str, Any]
@@ -81,7 +81,7 @@ def sweep_left_out(impl: object, device: str, point: Any, spec: Dict[str, Any]
     cold on a CPU, the default sweep's largest cost) times every other length of the grid
     (the longest always) at the grid's most common head count, both masks: four lengths
     of the default's seven, enough for the fitted exponent."""
-    if not getattr(impl, "compiles_per_shape", False):
+    if not declared(impl, "compiles_per_shape"):
         return None
     points = spec.get("points") or []
     lengths = sorted({p["L"] for p in points})

@@ -17,7 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
-from suite.plugin import interpreted  # noqa: E402
+from suite.plugin import declared, interpreted  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
 from suite.sample import examples  # noqa: E402
 from suite.timeouts import Timeout, timed_out  # noqa: E402
@@ -77,7 +77,7 @@ def test_random_shapes(target, conform, request, listed_known_failure):
     n = request.config.getoption("--hypothesis-examples")
     if n is None:  # the default: bounded where each new shape costs seconds
         n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
-            if getattr(target[0].impl, "compiles_per_shape", False) else EXAMPLES
+            if declared(target[0].impl, "compiles_per_shape") else EXAMPLES
         if request.config.getoption("--sample"):  # the main job's sample: fewer still
             n = examples(target[0].impl, target[1], n)
     # A listed known failure runs to show it still fails: its first failing example says so,
