@@ -25,10 +25,12 @@ BUGS = {  # name -> (source text, its buggy replacement, -k of the cases that mu
     # Off by one on the diagonal: query i no longer sees key i.
     "causal_off_by_one": ("visible & (cols[None, :] <= offs_m[:, None] + causal_offset)",
                           "visible & (cols[None, :] < offs_m[:, None] + causal_offset)",
-                          "causal"),
-    # The key loop stops one block early: the causal diagonal block is skipped.
+                          "masking and causal"),
+    # The key loop stops one block early: the causal diagonal block is skipped (a causal
+    # case over several query and key blocks).
     "causal_block_skipped": ("tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0)",
-                             "tl.maximum(pid_m * BLOCK_M + causal_offset, 0)", "causal"),
+                             "tl.maximum(pid_m * BLOCK_M + causal_offset, 0)",
+                             "tiles and causal_513"),
 }
 PLUGIN = """
 import importlib.util, sys
