@@ -98,7 +98,7 @@ class TorchCore(Implementation):
         def put(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
             if a is None:
                 return None
-            x = torch.as_tensor(np.ascontiguousarray(a), device=dev).to(t)
+            x = torch.tensor(a, device=dev).to(t)  # a copy: the problem's arrays may be read-only
             return x.requires_grad_(True) if grad else x
 
         tensors = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
@@ -239,7 +239,7 @@ class TorchModuleCore(TorchCore):
             self.load_weights(module, p)
 
         def put(a: np.ndarray) -> torch.Tensor:
-            x = torch.as_tensor(np.ascontiguousarray(self._layout(a)), device=dev).to(t)
+            x = torch.tensor(self._layout(a), device=dev).to(t)  # a copy (read-only inputs)
             return x.requires_grad_(True) if grad else x
 
         if shared:  # one tensor as query, key and value

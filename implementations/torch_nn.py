@@ -57,7 +57,7 @@ def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
     form = adapters.form_mask(p, true_means="masked")
 
     def put(a):
-        x = None if a is None else torch.as_tensor(np.ascontiguousarray(a), device=dev)
+        x = None if a is None else torch.tensor(a, device=dev)  # a copy (read-only inputs)
         return x.to(t) if x is not None and x.is_floating_point() else x
 
     return {"attn_mask": put(form.attn), "key_padding_mask": put(form.key_padding),
@@ -163,16 +163,17 @@ def torch_nn_masks(p: Problem, dev: torch.device, t: torch.dtype
     attn_mask = None
     if parts.bias is not None:
         bias = np.broadcast_to(parts.additive(), (B, H, L, S))  # -inf where masked
-        attn_mask = torch.as_tensor(bias.reshape(B * H, L, S), device=dev).to(t)
+        # torch.tensor copies: the reshaped broadcast may be a read-only view
+        attn_mask = torch.tensor(bias.reshape(B * H, L, S), device=dev).to(t)
     elif parts.mask is not None:
         blocked = np.broadcast_to(parts.mask, (B, H, L, S))  # True = NOT allowed
         same = (blocked == blocked[:1, :1]).all()
         blocked = blocked[0, 0] if same else blocked.reshape(B * H, L, S)  # (L, S) or (B*H, L, S)
-        attn_mask = torch.as_tensor(np.ascontiguousarray(blocked), device=dev)
+        attn_mask = torch.tensor(blocked, device=dev)
     key_padding_mask = None
     padded = parts.key_padding  # (B, S), True = padded
     if padded is not None:
-        key_padding_mask = torch.as_tensor(padded, device=dev)
+        key_padding_mask = torch.tensor(padded, device=dev)
         if attn_mask is not None and attn_mask.is_floating_point():
             # Mixed bool/float masks are deprecated: pass padding as -inf too.
             key_padding_mask = torch.zeros(B, S, device=dev, dtype=t).masked_fill(
