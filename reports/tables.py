@@ -11,6 +11,7 @@ import pandas as pd
 
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
+from suite.plugin import interpreted
 from suite.records import Document, machine_ids, run_facts
 from suite.vocab import OUTCOME_ORDER as WORST_FIRST
 from suite.vocab import Outcome as V
@@ -366,11 +367,6 @@ CASES_NAMED = 3  # cases a verdict names before "+N more"
 BANDS = ("short", "medium", "long")  # length bands of the headline, by the measured lengths
 
 
-def interpreted(device: Any) -> bool:
-    """A kernel run by its interpreter (device ``cpu-interpret``): checked, never timed."""
-    return str(device).endswith("-interpret")
-
-
 def _verdict(g: pd.DataFrame, policies: List[str]) -> Tuple[str, List[str]]:
     """(worst outcome, phrases) for one implementation's results: what fails (the cases,
     how many), its known failures, how it deviates (the declared policies), what was
@@ -489,7 +485,7 @@ def headline_unmeasured(sweeps: pd.DataFrame, conf: pd.DataFrame,
                     f"{'s' * (len(bad) != 1)} not measured ("
                     + ", ".join(f"{n} {s}" for s, n in by.items()) + ")"})
     checked = set(conf["impl"].dropna()) if not conf.empty else set()
-    interp = sorted(set(conf.loc[conf["device"].map(interpreted), "impl"])) if len(conf) else []
+    interp = sorted(set(conf.loc[conf["device"].astype(str).map(interpreted), "impl"])) if len(conf) else []
     if interp:
         out.append({"anchor": "conformance", "text": "interpreted kernels, checked but never "
                     f"timed (interpreted times say nothing of the kernel): {', '.join(interp)}"})
