@@ -348,6 +348,13 @@ class PallasGpuDecode(PallasCore):
     platform = "gpu"
     features = frozenset({"valid_lens", "cross", "gqa", "scale"})
     repeat_kv = False  # the kernel reads K kv heads itself
+    deviations = {"nan_padding": Deviation(
+        "confined", "NaN in a key or value past kv_seq_len reaches the output when the length "
+                    "ends inside one of the kernel's key splits: those keys get a finite "
+                    "0.7 * finfo.min added to their scores (NaN + finite is NaN) and weight 0 "
+                    "(0 * NaN is NaN); splits wholly past the length are skipped (measured, "
+                    "masking/nan_padding_one_query, interpreted, jax 0.10.2; reproducer "
+                    "docs/repro/pallas-gpu-decode-nan-padding/)")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         m = problem.mask
