@@ -12,7 +12,8 @@
 - ``pallas.tpu.splash``: ``ops.tpu.splash_attention``, its mask objects (``PallasTpuSplash``).
 - ``pallas.gpu.decode``: ``ops.gpu.decode_attention.gqa``, one query (``PallasGpuDecode``).
 
-``pallas.gpu.flash`` also runs its kernel's backward (gradients); the others are forward only.
+``pallas.gpu.flash`` and ``pallas.tpu.splash`` also run their kernels' backward (gradients); the
+others are forward only.
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
 Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernels,
@@ -223,8 +224,9 @@ class PallasTpuSplash(PallasTpuCore):
     """
 
     name = "pallas.tpu.splash"
+    # Gradients through the kernel's custom VJP: its own Pallas backward kernels (dkv, then dq).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                          "gqa", "scale"})
+                          "gqa", "scale", "grad"})
     repeat_kv = False  # the MHA form reads K kv heads itself
     deviations = {"nan_padding": Deviation(
         "confined", "NaN in a key or value the mask hides inside a key block the kernel "
@@ -235,6 +237,30 @@ class PallasTpuSplash(PallasTpuCore):
     def __init__(self) -> None:
         super().__init__()
         self._caches: Dict[str, Dict] = {}
+        self.grad = False
+
+    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
+                grad: bool = False) -> Dict[str, Any]:
+        self.grad = grad  # the kernels get backward block sizes only when gradients are asked
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def block_sizes(self, Lp: int) -> Any:
+        """Splash's ``BlockSizes`` for Lp query rows (padded): query blocks of up to 128 rows,
+        key blocks of 128; with gradients also the backward's blocks, the same sizes.
+
+        The kernel's backward raises "Need to specify backward blocks" unless every block
+        of its dkv and dq kernels is set (``BlockSizes.has_backward_blocks``), as a user who
+        trains with splash sets them; these are the library's ``BlockSizes.get_default()``
+        sizes (separate dkv and dq kernels, ``use_fused_bwd_kernel=False``) with the query
+        blocks cut to Lp like the forward's. Every shape the forward takes fits them: bq
+        divides Lp, 128 divides Sp >= 128.
+        """
+        from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+        bq = min(BLOCK, Lp)
+        backward = dict(block_q_dkv=bq, block_kv_dkv=BLOCK, block_kv_dkv_compute=BLOCK,
+                        block_q_dq=bq, block_kv_dq=BLOCK) if self.grad else {}
+        return sa.BlockSizes(block_q=bq, block_kv=BLOCK, block_kv_compute=BLOCK, **backward)
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         import hashlib
@@ -254,7 +280,9 @@ class PallasTpuSplash(PallasTpuCore):
             parts = split_mask(problem, native_causal=())
         # Key blocks are multiples of 128 lanes (block_kv_compute); query blocks of up to 128
         # rows (multiples of 8 sublanes). Added keys are in segment 1, added rows dropped.
-        self.L_pad = L + (-L % (SUBLANES if L <= BLOCK else BLOCK))
+        # The backward's dkv kernel reads query segment ids in lanes: its query blocks are
+        # multiples of 128 (its NotImplementedError), so with gradients Lq is padded to 128.
+        self.L_pad = L + (-L % (SUBLANES if L <= BLOCK and not self.grad else BLOCK))
         self.S_pad = S + -S % BLOCK
         Lp, Sp = self.L_pad, self.S_pad
         self.segments = None  # (B, Sp) int32: 1 for keys no query may read
@@ -272,7 +300,7 @@ class PallasTpuSplash(PallasTpuCore):
             per_item = allowed if allowed.shape[0] > 1 else allowed[:1]  # (B|1, H|1, Lp, Sp)
             masks = [sa.MultiHeadMask([sa.NumpyMask(m[h % m.shape[0]]) for h in range(H)])
                      for m in per_item]
-        blocks = sa.BlockSizes(block_q=min(BLOCK, Lp), block_kv=BLOCK, block_kv_compute=BLOCK)
+        blocks = self.block_sizes(Lp)
         make = sa.make_splash_mqa_single_device if problem.K == 1 else \
             sa.make_splash_mha_single_device
         self.kernels = [make(m, block_sizes=blocks) for m in masks]
@@ -320,6 +348,13 @@ class PallasGpuDecode(PallasCore):
     platform = "gpu"
     features = frozenset({"valid_lens", "cross", "gqa", "scale"})
     repeat_kv = False  # the kernel reads K kv heads itself
+    deviations = {"nan_padding": Deviation(
+        "confined", "NaN in a key or value past kv_seq_len reaches the output when the length "
+                    "ends inside one of the kernel's key splits: those keys get a finite "
+                    "0.7 * finfo.min added to their scores (NaN + finite is NaN) and weight 0 "
+                    "(0 * NaN is NaN); splits wholly past the length are skipped (measured, "
+                    "masking/nan_padding_one_query, interpreted, jax 0.10.2; reproducer "
+                    "docs/repro/pallas-gpu-decode-nan-padding/)")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         m = problem.mask

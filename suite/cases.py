@@ -189,8 +189,10 @@ def _combined(seed):
         bias=rng.standard_normal((1, H, L, L))))
 
 
-def _padded(seed: int, fill: float) -> Problem:
-    p = make_problem(seed, B, L, 13, E, H, mask=Mask(valid_lens=np.array([13, 5, 9])))
+def _padded(seed: int, fill: float, Lq: int = L, Lk: int = 13, lens: tuple = (13, 5, 9)
+            ) -> Problem:
+    """Key padding by ``lens`` (B,) with ``fill`` in the padded keys and values."""
+    p = make_problem(seed, B, Lq, Lk, E, H, mask=Mask(valid_lens=np.array(lens)))
     key, value = p.key.copy(), p.value.copy()
     for b, n in enumerate(p.mask.valid_lens):
         key[b, n:] = fill
@@ -208,6 +210,14 @@ def _nan_padding(seed):
 def _garbage_padding(seed):
     """Padded keys and values hold 1e4 garbage: the unpadded output must not change."""
     return _padded(seed, 1e4)
+
+
+@case("masking", "nan_padding_one_query")
+def _nan_padding_one_query(seed):
+    """One query (decoding) over 300 keys, padded keys and values hold NaN: lengths 37, 152
+    and 300 (a split-K decode kernel's splits: 37 ends inside one, 152 on a boundary for
+    splits of 19 or 38 keys, as pallas.gpu.decode's 16 splits of 300 keys padded to 304)."""
+    return _padded(seed, np.nan, Lq=1, Lk=300, lens=(37, 152, 300))
 
 
 @case("masking", "fully_masked_valid_lens")

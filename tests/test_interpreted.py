@@ -119,3 +119,61 @@ def test_pallas_decode_key_lengths_and_gqa_agree_with_the_oracle():
     right = _decode_outcome(PallasGpuDecode(), p)
     assert right.outcome == "pass", (right.outcome, right.reason, right.comparisons)
     assert _decode_outcome(LengthsIgnored(), p).outcome == "fail"
+
+
+def _splash_gradient_outcome(impl, case_name, problem=None):
+    from suite.catalog import get
+    from suite.check import Outcome
+
+    case = get("gradients", case_name)
+    out = Outcome(impl.name, INTERPRETED_CPU, "float32", "test", case_name, case.seed, "pass")
+    return case.run(impl, out) if problem is None else case.judge_problem(impl, out, problem)
+
+
+def test_pallas_splash_gradients_through_its_mqa_form_and_its_fused_backward():
+    """The gradients family's GQA case has K = 2 kv heads (splash's MHA form): K = 1 runs its
+    MQA form (make_splash_mqa_single_device); its fused backward (one dq/dkv kernel,
+    use_fused_bwd_kernel) runs gradients/masked. Both against the float64 oracle (k = 3)."""
+    pytest.importorskip("jax")
+    import dataclasses
+
+    from implementations.pallas_attention import PallasTpuSplash
+    from suite.problem import make_problem
+
+    class FusedBackward(PallasTpuSplash):
+        name = "splash.fused_backward"
+
+        def block_sizes(self, Lp):
+            blocks = super().block_sizes(Lp)
+            return dataclasses.replace(blocks, block_q_dq=None, block_kv_dq=None,
+                                       use_fused_bwd_kernel=True) if self.grad else blocks
+
+    mqa = make_problem(11, 2, 6, 6, 32, 4, 1)  # H = 4 query heads on one kv head
+    for impl, case, p in [(PallasTpuSplash(), "gqa", mqa), (FusedBackward(), "masked", None)]:
+        got = _splash_gradient_outcome(impl, case, p)
+        assert got.outcome == "pass", (impl.name, case, got.outcome, got.reason)
+
+
+def test_a_planted_splash_backward_bug_fails_under_the_interpreter():
+    """dq without the scale (q reaches the kernel as q * scale; the planted q has q's value
+    and d/dq = 1 / scale): the forward is unchanged, so masking/none passes, and the
+    gradients of the query and its projection fail gradients/plain."""
+    pytest.importorskip("jax")
+    import jax
+
+    from implementations.pallas_attention import PallasTpuSplash
+    from suite.catalog import get
+    from suite.check import Outcome
+
+    class ScaleDroppedInDq(PallasTpuSplash):
+        name = "bug.splash_dq_scale"
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            q = q / scale + jax.lax.stop_gradient(q - q / scale)  # value q, d/dq = 1 / scale
+            return super().attend(q, k, v, mask, scale, need_weights)
+
+    forward = get("masking", "none")
+    out = Outcome("bug", INTERPRETED_CPU, "float32", "test", "none", forward.seed, "pass")
+    assert forward.run(ScaleDroppedInDq(), out).outcome == "pass", out.reason
+    got = _splash_gradient_outcome(ScaleDroppedInDq(), "plain")
+    assert got.outcome == "fail" and "grad query" in got.reason, (got.outcome, got.reason)
