@@ -31,6 +31,33 @@ import triton.language as tl
 
 
 @triton.jit
+def key_end(b, pid_m, S, maxlen_ptr, causal_offset, CAUSAL: tl.constexpr,
+            HAS_LENS: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One past the last key query block ``pid_m`` of batch item ``b`` may see: keys past it
+    are never read (they may hold NaN padding)."""
+    end = S
+    if HAS_LENS:
+        end = tl.minimum(end, tl.load(maxlen_ptr + b))
+    if CAUSAL:  # the last key the last row of this block may see, plus one
+        end = tl.minimum(end, tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0))
+    return end
+
+
+@triton.jit
+def visible_keys(rows, cols, row_ok, col_ok, lens_ptr, b, L, causal_offset,
+                 CAUSAL: tl.constexpr, HAS_LENS: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) bool: key ``cols[j]`` visible to query ``rows[i]`` of batch item
+    ``b`` (causal with ``causal_offset``, and j < lens[b, i]); the one mask of all kernels."""
+    visible = col_ok[None, :] & row_ok[:, None]
+    if CAUSAL:
+        visible = visible & (cols[None, :] <= rows[:, None] + causal_offset)
+    if HAS_LENS:
+        lens = tl.load(lens_ptr + b * L + rows, mask=row_ok, other=0)  # (BLOCK_M,)
+        visible = visible & (cols[None, :] < lens[:, None])
+    return visible
+
+
+@triton.jit
 def flash_forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lens_ptr, maxlen_ptr,  # tensors
                   L, S, D, H, GROUP,  # sizes; GROUP = H // K query heads per kv head
                   scale,  # softmax scale, folded into the exponent base 2 below
@@ -63,14 +90,7 @@ def flash_forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lens_ptr, maxlen_ptr,  # 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (scaled, base 2)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(s - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # running unnormalised output
-    # Keys past the last visible one are never read (they may hold NaN padding).
-    end = S
-    if HAS_LENS:
-        end = tl.minimum(end, tl.load(maxlen_ptr + b))
-    if CAUSAL:  # the last key the last row of this block may see, plus one
-        end = tl.minimum(end, tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0))
-    if HAS_LENS:
-        lens = tl.load(lens_ptr + b * L + offs_m, mask=row_ok, other=0)  # (BLOCK_M,)
+    end = key_end(b, pid_m, S, maxlen_ptr, causal_offset, CAUSAL, HAS_LENS, BLOCK_M)
     for start_n in range(0, end, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < end
@@ -79,11 +99,8 @@ def flash_forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lens_ptr, maxlen_ptr,  # 
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), float32
-        visible = col_ok[None, :] & row_ok[:, None]
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-        if HAS_LENS:
-            visible = visible & (cols[None, :] < lens[:, None])
+        visible = visible_keys(offs_m, cols, row_ok, col_ok, lens_ptr, b, L, causal_offset,
+                               CAUSAL, HAS_LENS)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # A row with nothing visible so far keeps m = -inf: shift by 0 so exp2 stays 0, not NaN.
@@ -159,12 +176,8 @@ def flash_backward_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
             if DOT_F32:
                 q, do = q.to(tl.float32), do.to(tl.float32)
             s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), base-2 logits
-            visible = col_ok[None, :] & row_ok[:, None]
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= rows[:, None] + causal_offset)
-            if HAS_LENS:
-                lens = tl.load(lens_ptr + b * L + rows, mask=row_ok, other=0)  # (BLOCK_M,)
-                visible = visible & (offs_n[None, :] < lens[:, None])
+            visible = visible_keys(rows, offs_n, row_ok, col_ok, lens_ptr, b, L, causal_offset,
+                                   CAUSAL, HAS_LENS)
             # The forward's normalised weights; 0 where hidden and on rows that saw nothing.
             p = tl.where(visible, tl.exp2(s - (lse * 1.4426950408889634)[:, None]), 0.0)
             pt = p.to(do_ptr.dtype.element_ty)  # in the input dtype, as the forward's p @ v
@@ -213,12 +226,8 @@ def flash_backward_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     delta = tl.load(delta_ptr + bh * L + offs_m, mask=row_ok, other=0.0)  # (BLOCK_M,)
     qk_scale = scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    end = S  # the forward's key range: keys it never read get no gradient and are not read
-    if HAS_LENS:
-        end = tl.minimum(end, tl.load(maxlen_ptr + b))
-        lens = tl.load(lens_ptr + b * L + offs_m, mask=row_ok, other=0)  # (BLOCK_M,)
-    if CAUSAL:
-        end = tl.minimum(end, tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0))
+    # The forward's key range: keys it never read get no gradient and are not read.
+    end = key_end(b, pid_m, S, maxlen_ptr, causal_offset, CAUSAL, HAS_LENS, BLOCK_M)
     for start_n in range(0, end, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < end
@@ -230,11 +239,8 @@ def flash_backward_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
         if DOT_F32:
             k, v = k.to(tl.float32), v.to(tl.float32)
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), base-2 logits
-        visible = col_ok[None, :] & row_ok[:, None]
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-        if HAS_LENS:
-            visible = visible & (cols[None, :] < lens[:, None])
+        visible = visible_keys(offs_m, cols, row_ok, col_ok, lens_ptr, b, L, causal_offset,
+                               CAUSAL, HAS_LENS)
         p = tl.where(visible, tl.exp2(s - lse2[:, None]), 0.0)  # (BLOCK_M, BLOCK_N)
         dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
         ds = (p * (dp - delta[:, None])).to(k_ptr.dtype.element_ty)

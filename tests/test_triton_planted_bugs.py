@@ -24,8 +24,8 @@ BUGS = {  # name -> (source text, its buggy replacement, -k of the cases that mu
     "missing_rescale": ("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)",
                         "long_rows or odd_lengths"),
     # Off by one on the diagonal: query i no longer sees key i.
-    "causal_off_by_one": ("visible & (cols[None, :] <= offs_m[:, None] + causal_offset)",
-                          "visible & (cols[None, :] < offs_m[:, None] + causal_offset)",
+    "causal_off_by_one": ("visible & (cols[None, :] <= rows[:, None] + causal_offset)",
+                          "visible & (cols[None, :] < rows[:, None] + causal_offset)",
                           "masking and causal"),
     # The key loop stops one block early: the causal diagonal block is skipped (a causal
     # case over several query and key blocks).
