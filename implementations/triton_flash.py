@@ -1,4 +1,6 @@
-"""triton.flash: the suite's own Triton FlashAttention forward kernel (``triton_kernels``).
+"""triton.flash: the suite's own Triton FlashAttention kernels, forward and backward
+(``triton_kernels``; the backward through a ``torch.autograd.Function``, so gradients reach the
+projections by torch autograd).
 
 On a CUDA GPU it is compiled and runs as a normal kernel (device ``cuda:i``, swept). Without
 one it runs under Triton's interpreter on torch CPU tensors: device ``cpu-interpret``,
@@ -13,6 +15,7 @@ interpreted too. With a GPU it is left as the user set it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -20,7 +23,7 @@ import torch
 
 from implementations.torch_common import TORCH_DTYPES, TorchCore
 from suite.adapters import AttendMask
-from suite.plugin import INTERPRETED_CPU, Deviation, Unavailable, Unsupported, interpreted
+from suite.plugin import INTERPRETED_CPU, Deviation, Unavailable, interpreted
 from suite.problem import Problem
 
 if not torch.cuda.is_available():
@@ -74,7 +77,7 @@ class TritonCore(TorchCore):
 class TritonFlash(TritonCore):
     name = "triton.flash"
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "cross", "gqa",
-                          "scale"})
+                          "scale", "grad"})
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN value at a key the causal mask hides from a row, inside a key block "
                     "the row reads, reaches that row: the masked weight is 0 and 0 * NaN is NaN "
@@ -82,12 +85,10 @@ class TritonFlash(TritonCore):
                     "triton 3.9.0); keys past a row's length are never loaded")}
     memory_model = "linear"
     repeat_kv = False  # the kernel maps query head h to kv head h // (H // K) itself
-    kernels = triton_kernels  # the module holding ``flash_forward`` (a test swaps in a variant)
+    kernels = triton_kernels  # the module holding the kernels (a test swaps in a variant)
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
-        if grad:
-            raise Unsupported("triton.flash has a forward kernel only")
         state = super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
         m = problem.mask
         lens = None
@@ -110,21 +111,73 @@ class TritonFlash(TritonCore):
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         state = self._kernel_state
         km = state["kernel_mask"]
-        B, H, L, D = q.shape
-        K, S = k.shape[1], k.shape[2]
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H|K, L|S, D)
-        out = torch.empty_like(q)  # (B, H, L, D)
         lens = km["lens"]
         has_lens = lens is not None
-        if not has_lens:  # unused by the kernel; a pointer is still passed
+        if not has_lens:  # unused by the kernels; a pointer is still passed
             lens = torch.zeros(1, dtype=torch.int32, device=q.device)
         maxlen = lens.amax(dim=1).to(torch.int32) if has_lens else lens
-        block_m, block_n = state["blocks"]
-        block_d = max(16, triton.next_power_of_2(D))  # tl.dot needs >= 16
-        grid = (triton.cdiv(L, block_m), B * H)
-        self.kernels.flash_forward[grid](
-            q, k, v, out, lens, maxlen, L, S, D, H, H // K, scale, km["offset"],
-            CAUSAL=km["causal"], HAS_LENS=has_lens,
-            DOT_F32=state["interpreted"] and q.dtype == torch.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_D=block_d)
-        return out, None  # (B, H, L, D)
+        launch = _Launch(kernels=self.kernels, lens=lens, maxlen=maxlen, has_lens=has_lens,
+                         causal=km["causal"], offset=km["offset"], scale=scale,
+                         blocks=state["blocks"],
+                         dot_f32=state["interpreted"] and q.dtype == torch.bfloat16)
+        return _FlashAttention.apply(q, k, v, launch), None  # (B, H, L, D)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """What the kernels take besides q, k, v: the module holding them, the mask terms, the
+    softmax scale, block sizes and whether ``tl.dot`` gets float32 operands."""
+
+    kernels: Any
+    lens: torch.Tensor  # (B, L) int32, or a 1-element placeholder when has_lens is False
+    maxlen: torch.Tensor  # (B,) int32: the longest row length of each batch item
+    has_lens: bool
+    causal: bool
+    offset: int  # key j visible to query i iff j <= i + offset
+    scale: float
+    blocks: Tuple[int, int]  # (BLOCK_M, BLOCK_N)
+    dot_f32: bool
+
+    def common(self, L: int, S: int, D: int, H: int, K: int) -> Tuple[tuple, Dict[str, Any]]:
+        """The trailing positional and the constexpr arguments every kernel shares."""
+        block_m, block_n = self.blocks
+        args = (self.lens, self.maxlen, L, S, D, H, H // K, self.scale, self.offset)
+        return args, dict(CAUSAL=self.causal, HAS_LENS=self.has_lens, DOT_F32=self.dot_f32,
+                          BLOCK_M=block_m, BLOCK_N=block_n,
+                          BLOCK_D=max(16, triton.next_power_of_2(D)))  # tl.dot needs >= 16
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Attention heads by ``flash_forward``; its backward by ``flash_backward_dkdv`` and
+    ``flash_backward_dq`` from the saved row log-sum-exp (FlashAttention-2, Algorithm 2)."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                launch: _Launch) -> torch.Tensor:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, H|K, L|S, D)
+        B, H, L, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        out = torch.empty_like(q)  # (B, H, L, D)
+        lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)  # (B, H, L)
+        args, consts = launch.common(L, S, D, H, K)
+        grid = (triton.cdiv(L, consts["BLOCK_M"]), B * H)
+        launch.kernels.flash_forward[grid](q, k, v, out, lse, *args, **consts)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.launch = launch
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out: torch.Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        launch = ctx.launch
+        B, H, L, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        d_out = d_out.contiguous()  # (B, H, L, D)
+        delta = (d_out.float() * out.float()).sum(-1).contiguous()  # (B, H, L) rowsum(dO * O)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        args, consts = launch.common(L, S, D, H, K)
+        launch.kernels.flash_backward_dkdv[(triton.cdiv(S, consts["BLOCK_N"]), B * K)](
+            q, k, v, d_out, lse, delta, dk, dv, *args, **consts)
+        launch.kernels.flash_backward_dq[(triton.cdiv(L, consts["BLOCK_M"]), B * H)](
+            q, k, v, d_out, lse, delta, dq, *args, **consts)
+        return dq, dk, dv, None

@@ -1,4 +1,5 @@
-"""Planted bugs in the suite's Triton kernel fail conformance under Triton's interpreter.
+"""Planted bugs in the suite's Triton kernels (forward and backward) fail conformance under
+Triton's interpreter.
 
 Each bug is one edit of ``implementations/triton_kernels.py``'s source, loaded as a user's
 ``--plugin`` whose kernel module is the edited copy: the cases must catch it on the CPU.
@@ -23,14 +24,28 @@ BUGS = {  # name -> (source text, its buggy replacement, -k of the cases that mu
     "missing_rescale": ("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)",
                         "long_rows or odd_lengths"),
     # Off by one on the diagonal: query i no longer sees key i.
-    "causal_off_by_one": ("visible & (cols[None, :] <= offs_m[:, None] + causal_offset)",
-                          "visible & (cols[None, :] < offs_m[:, None] + causal_offset)",
+    "causal_off_by_one": ("visible & (cols[None, :] <= rows[:, None] + causal_offset)",
+                          "visible & (cols[None, :] < rows[:, None] + causal_offset)",
                           "masking and causal"),
     # The key loop stops one block early: the causal diagonal block is skipped (a causal
     # case over several query and key blocks).
     "causal_block_skipped": ("tl.maximum((pid_m + 1) * BLOCK_M + causal_offset, 0)",
                              "tl.maximum(pid_m * BLOCK_M + causal_offset, 0)",
                              "tiles and causal_513"),
+}
+# Backward bugs: the forward is right, so only the gradient cases can catch them; all run in
+# one conformance run (one plugin class each), each bug failing the gradient case named.
+BACKWARD_BUGS = {  # name -> (source text, its buggy replacement, a gradient case it must fail)
+    # The weights dk/dv recomputes lose the softmax normalisation: exp(s), not exp(s - lse).
+    "dkdv_unnormalised": ("tl.exp2(s - (lse * 1.4426950408889634)[:, None])", "tl.exp2(s)",
+                          "plain"),
+    # dk without the softmax scale (d s / d k = scale * q).
+    "dk_unscaled": ("(dk * scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)",
+                    "plain"),
+    # A kv head's dk keeps only the last query head of its GQA group, not their sum.
+    "gqa_dk_last_head": ("dk += tl.dot(tl.trans(dst), q)", "dk = tl.dot(tl.trans(dst), q)", "gqa"),
+    # dq without the rowsum(dO * O) term: ds = p * dp.
+    "dq_no_delta": ("ds = (p * (dp - delta[:, None]))", "ds = (p * dp)", "plain"),
 }
 PLUGIN = """
 import importlib.util, sys
@@ -68,3 +83,31 @@ def test_planted_triton_bug_fails_under_the_interpreter(tmp_path, bug):
     assert {r["device"] for r in results} == {"cpu-interpret"}
     fails = [r for r in results if r["outcome"] == "fail"]
     assert fails, [(r["case"], r["outcome"]) for r in results]
+
+
+def test_planted_triton_backward_bugs_fail_the_gradient_cases(tmp_path):
+    source = KERNEL.read_text()
+    plugin = tmp_path / "plugin.py"
+    for bug, (right, wrong, _) in BACKWARD_BUGS.items():
+        assert source.count(right) == 1, f"the kernel no longer has {right!r}"
+        kernel = tmp_path / f"buggy_{bug}.py"
+        kernel.write_text(source.replace(right, wrong))
+        with plugin.open("a") as f:  # one module-level block per bug, one class each
+            f.write(PLUGIN.format(name=bug, path=str(kernel)).replace("class Buggy", f"class Buggy_{bug}")
+                    .replace("buggy =", f"buggy_{bug} =").replace("(buggy)", f"(buggy_{bug})")
+                    .replace("kernels = buggy", f"kernels = buggy_{bug}"))
+    out = tmp_path / "conformance.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+         "-p", "no:cacheprovider", "--conformance-json", str(out),
+         *(a for bug in BACKWARD_BUGS for a in ("--plugin", f"{plugin}:Buggy_{bug}",
+                                                 "--impl", f"bug.triton_{bug}")),
+         "--dtype", "float32", "-k", "test_gradient and (plain or gqa)"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert proc.returncode == 1
+    assert {r["device"] for r in results} == {"cpu-interpret"}
+    for bug, (_, _, case) in BACKWARD_BUGS.items():
+        mine = {r["case"]: r["outcome"] for r in results if r["impl"] == f"bug.triton_{bug}"}
+        assert mine.get(case) == "fail", (bug, mine)
