@@ -145,6 +145,9 @@ MASK_FORMS.update({
     "local_window+causal_flag": "a sliding window beside the causal flag (its right side cut)",
     "chunked_causal": MASK_PARTS["chunked_causal"] + ", alone",
 })
+# The forms given as sizes, not arrays (their cases are longer: L = 200, S = 300).
+WINDOW_FORMS = frozenset(f for f in MASK_FORMS
+                         if {"local_window", "chunked_causal"} & set(f.split("+")))
 
 
 @dataclasses.dataclass(frozen=True)
