@@ -265,15 +265,14 @@ class PallasTpuSplash(PallasTpuCore):
             keep = np.ones((B, S), bool) if parts.key_padding is None else parts.key_padding
             self.segments = np.pad(~keep, ((0, 0), (0, Sp - S)), constant_values=True
                                    ).astype(np.int32)  # (B, Sp)
-        masks = _splash_form_mask(problem, (Lp, Sp))  # a window form: splash's computed mask
-        if masks is not None:
-            pass  # key lengths beside it are the segments above, as for every mask
-        elif parts.mask is None:
+        # A window form: splash's computed mask (key lengths beside it: the segments above).
+        masks = _splash_form_mask(problem, (Lp, Sp))
+        if masks is None and parts.mask is None:
             shape = (Lp, Sp)
             one = (sa.FullMask(shape) if parts.causal is None else
                    sa.CausalMask(shape, offset=0 if parts.causal == "top_left" else S - L))
             masks = [sa.MultiHeadMask([one] * H)]
-        else:
+        elif masks is None:
             allowed = np.pad(parts.mask, ((0, 0), (0, 0), (0, Lp - L), (0, Sp - S)))
             per_item = allowed if allowed.shape[0] > 1 else allowed[:1]  # (B|1, H|1, Lp, Sp)
             masks = [sa.MultiHeadMask([sa.NumpyMask(m[h % m.shape[0]]) for h in range(H)])
