@@ -31,7 +31,7 @@ through segments and NaN through -inf in ``ab``, and padding would change the me
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -312,7 +312,7 @@ class PallasTpuSplash(PallasTpuCore):
         return out[:, :, :L].astype(q.dtype), None  # (B, H, L, D)
 
 
-def _splash_form_mask(problem: Problem, shape: tuple):
+def _splash_form_mask(problem: Problem, shape: Tuple[int, int]) -> Optional[List[Any]]:
     """A window form as splash's own computed masks, or None when no such form is asked for:
     [MultiHeadMask] of ``LocalMask(shape, (left, right), offset=0)`` or
     ``ChunkedCausalMask(shape, chunk)`` for every head. ``shape`` is (Lp, Sp), the padded

@@ -143,7 +143,7 @@ class TorchFlex(TorchCore):
         return fresh_compiled(self)
 
 
-def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device):
+def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device: torch.device) -> Any:
     """FlexAttention's ``BlockMask`` of a window form, from a ``mask_mod`` as its users write
     one: the window (left, right) or chunked causal rule, key lengths (B,) beside it."""
     from torch.nn.attention.flex_attention import create_block_mask
