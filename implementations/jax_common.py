@@ -196,14 +196,20 @@ class JaxCore(_Compiled):
         static = {k: getattr(mask, k) for k in ("causal_only", "kinds", "causal_align",
                                                 "form_name")}
         dyn_mask = {k: getattr(mask, k) for k in ("bias", "allowed", "dead_keys", "form")}
+        # A form's sizes (a window, a chunk) are Python ints the library takes statically.
+        form_static = () if mask.form is None else mask.form.static()
+        if mask.form is not None:
+            dyn_mask["form"] = mask.form._replace(**{n: None for n, _ in form_static})
 
         def fwd(x, dyn):
-            return self.forward(x, AttendMask(**dyn, **static), shape, scale)
+            m = AttendMask(**dyn, **static)
+            return self.forward(x, m.replace(form=m.form._replace(**dict(form_static)))
+                                if form_static else m, shape, scale)
 
         # With gradients: forward + backward of sum(out * g) w.r.t. the inputs and weights x.
         fn, args = (with_vjp(fwd, (0,)), (x, dyn_mask, g)) if grad else (fwd, (x, dyn_mask))
         key = (type(self), device, dtype, shape, scale, grad, tuple(sorted(static["kinds"])),
-               static["causal_align"], static["form_name"],
+               static["causal_align"], static["form_name"], form_static,
                tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())
                      if k != "form"),
                tuple((k, v is None) for k, v in sorted(x.items())))

@@ -18,12 +18,14 @@ from suite.plugin import Deviation, Unavailable
 
 # Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
 # (B, N, T, S) (fewer than 4 dimensions are expanded on the left), is_causal beside them,
-# and query_seq_lengths / key_value_seq_lengths (B,).
+# and query_seq_lengths / key_value_seq_lengths (B,), and a sliding window as its
+# local_window_size=(left, right) (the xla implementation; top left: query i sits at key i).
 JAX_NN_FORMS = frozenset(
     {f"{kind}_{shape}" for kind in ("bool", "float")
      for shape in ("BHLS", "B1LS", "11LS", "B11S", "BHL1", "LS")}
     | {"kv_lengths", "kv_lengths+bool_B1LS", "q_lengths+kv_lengths", "causal_flag",
-       "causal_flag+bool_B11S", "causal_flag+kv_lengths"})
+       "causal_flag+bool_B11S", "causal_flag+kv_lengths", "local_window",
+       "local_window+kv_lengths", "local_window+causal_flag"})
 
 
 class JaxNN(JaxCore):
@@ -85,6 +87,8 @@ def _form_call(q, k, v, mask, kw):
     kw["is_causal"] = "causal_flag" in adapters.form_parts(mask.form_name)
     kw["key_value_seq_lengths"] = form.kv_lengths
     kw["query_seq_lengths"] = form.q_lengths
+    if form.window is not None:
+        kw["local_window_size"] = form.window  # (left, right), Python ints
     out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, L, H, D)
     return out.swapaxes(1, 2)  # (B, H, L, D)
 
@@ -95,7 +99,9 @@ class JaxNNCudnn(JaxNN):
     name = "jax.nn[cudnn]"
     implementation = "cudnn"
     features = JaxNN.features - {"bool_mask", "valid_lens", "causal_bottom_right", "grad"}
-    mask_forms = frozenset({"causal_flag"})  # cudnn takes no boolean mask
+    # cudnn takes no boolean mask, and a window only as a left size beside causal
+    # (local_window_size's right side must be 0 without it): not declared, unverified here.
+    mask_forms = frozenset({"causal_flag"})
 
     def devices(self) -> List[str]:
         return [f"cuda:{i}" for i in range(gpu_count())]

@@ -32,14 +32,14 @@ through segments and NaN through -inf in ``ab``, and padding would change the me
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from implementations.jax_common import JaxCore
-from suite.adapters import AttendMask, split_mask
+from suite.adapters import AttendMask, form_mask, form_parts, requested_form, split_mask
 from suite.plugin import INTERPRETED_CPU, Deviation, Unsupported, interpreted
 from suite.problem import Problem
 
@@ -227,6 +227,9 @@ class PallasTpuSplash(PallasTpuCore):
     # Gradients through the kernel's custom VJP: its own Pallas backward kernels (dkv, then dq).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
                           "gqa", "scale", "grad"})
+    # Splash's computed masks: LocalMask (a window, key lengths as its SegmentIds beside it)
+    # and ChunkedCausalMask, built by ``_splash_form_mask``.
+    mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
     repeat_kv = False  # the MHA form reads K kv heads itself
     deviations = {"nan_padding": Deviation(
         "confined", "NaN in a key or value the mask hides inside a key block the kernel "
@@ -290,12 +293,14 @@ class PallasTpuSplash(PallasTpuCore):
             keep = np.ones((B, S), bool) if parts.key_padding is None else parts.key_padding
             self.segments = np.pad(~keep, ((0, 0), (0, Sp - S)), constant_values=True
                                    ).astype(np.int32)  # (B, Sp)
-        if parts.mask is None:
+        # A window form: splash's computed mask (key lengths beside it: the segments above).
+        masks = _splash_form_mask(problem, (Lp, Sp))
+        if masks is None and parts.mask is None:
             shape = (Lp, Sp)
             one = (sa.FullMask(shape) if parts.causal is None else
                    sa.CausalMask(shape, offset=0 if parts.causal == "top_left" else S - L))
             masks = [sa.MultiHeadMask([one] * H)]
-        else:
+        elif masks is None:
             allowed = np.pad(parts.mask, ((0, 0), (0, 0), (0, Lp - L), (0, Sp - S)))
             per_item = allowed if allowed.shape[0] > 1 else allowed[:1]  # (B|1, H|1, Lp, Sp)
             masks = [sa.MultiHeadMask([sa.NumpyMask(m[h % m.shape[0]]) for h in range(H)])
@@ -304,7 +309,8 @@ class PallasTpuSplash(PallasTpuCore):
         make = sa.make_splash_mqa_single_device if problem.K == 1 else \
             sa.make_splash_mha_single_device
         self.kernels = [make(m, block_sizes=blocks) for m in masks]
-        digest = hashlib.sha1(repr((L, S, H, problem.K == 1, parts.causal)).encode())
+        digest = hashlib.sha1(repr((L, S, H, problem.K == 1, parts.causal,
+                                    requested_form(problem))).encode())
         for a in (parts.mask, self.segments):
             digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         self._cache = self._caches.setdefault(digest.hexdigest(), {})  # the masks are static
@@ -332,6 +338,26 @@ class PallasTpuSplash(PallasTpuCore):
         out = jnp.stack([one(self.kernels[b % len(self.kernels)], q[b], k[b], v[b],
                              None if segs is None else segs[b]) for b in range(B)])
         return out[:, :, :L].astype(q.dtype), None  # (B, H, L, D)
+
+
+def _splash_form_mask(problem: Problem, shape: Tuple[int, int]) -> Optional[List[Any]]:
+    """A window form as splash's own computed masks, or None when no such form is asked for:
+    [MultiHeadMask] of ``LocalMask(shape, (left, right), offset=0)`` or
+    ``ChunkedCausalMask(shape, chunk)`` for every head. ``shape`` is (Lp, Sp), the padded
+    lengths: the masks are top left, so added rows (dropped) and added keys (segment 1)
+    change no answer."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    # ChunkedCausalMask is not re-exported by the package (jax 0.10.2): its own module.
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sam
+
+    name = requested_form(problem)
+    if name is None or not {"local_window", "chunked_causal"} & set(form_parts(name)):
+        return None
+    form = form_mask(problem)
+    one = (sa.LocalMask(shape, window_size=form.window, offset=0) if form.window is not None
+           else sam.ChunkedCausalMask(shape, chunk_size=form.chunk))
+    return [sa.MultiHeadMask([one] * problem.H)]
 
 
 class PallasGpuDecode(PallasCore):

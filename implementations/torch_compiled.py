@@ -73,6 +73,8 @@ class TorchFlex(TorchCore):
 
     name = "torch.flex"
     compiles_per_shape = True  # each new shape or block mask recompiles (5-25 s cold, CPU)
+    # Windows as a mask_mod given to create_block_mask (its block sparsity), not a dense mask.
+    mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale"})
     deviations = {
@@ -118,7 +120,10 @@ class TorchFlex(TorchCore):
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
-        if mask.bias is not None:
+        if mask.form_name:  # a window form: its mask_mod, FlexAttention's own block mask
+            kw["block_mask"] = _form_block_mask(mask, q.shape[0], q.shape[2], k.shape[2],
+                                                q.device)
+        elif mask.bias is not None:
             B, Hm, L, S = mask.bias.shape  # Hm is H or 1 (head-free mask)
             bias = mask.bias.reshape(-1)  # (B*Hm*L*S,)
             allowed = mask.allowed.expand(B, Hm, L, S).reshape(-1)  # (B*Hm*L*S,)
@@ -136,6 +141,26 @@ class TorchFlex(TorchCore):
 
     def fresh(self) -> TorchFlex:
         return fresh_compiled(self)
+
+
+def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device: torch.device) -> Any:
+    """FlexAttention's ``BlockMask`` of a window form, from a ``mask_mod`` as its users write
+    one: the window (left, right) or chunked causal rule, key lengths (B,) beside it."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    form = mask.form
+    lens = None if form.kv_lengths is None else torch.as_tensor(form.kv_lengths, device=device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        if form.window is not None:  # query i attends keys i - left .. i + right
+            left, right = form.window
+            keep = (kv_idx >= q_idx - left) & (kv_idx <= q_idx + right)
+        else:  # causal within chunks of form.chunk
+            keep = (kv_idx <= q_idx) & (q_idx // form.chunk == kv_idx // form.chunk)
+        return keep if lens is None else keep & (kv_idx < lens[b])
+
+    return create_block_mask(mask_mod, B if lens is not None else None, None, L, S,
+                             device=str(device))
 
 
 def fresh_compiled(impl: TorchCore) -> TorchCore:

@@ -315,6 +315,9 @@ class FormMask(NamedTuple):
         polarity or float 0/``fill``; query_mask: (B, L) bool, True = the row attends;
     kv_lengths, q_lengths: (B,) int32 lengths. The causal flag is in the form's name
     (``"causal_flag" in form_parts(form)``), not here: it is static where arrays are traced.
+    window: (left, right) Python ints of ``local_window`` (query i attends keys
+        i - left <= j <= i + right, top left); chunk: the int chunk size of
+        ``chunked_causal``. Both are static (sizes a library takes as Python ints).
     """
 
     attn: Any = None
@@ -322,10 +325,24 @@ class FormMask(NamedTuple):
     query_mask: Any = None
     kv_lengths: Any = None
     q_lengths: Any = None
+    window: Optional[Tuple[int, int]] = None
+    chunk: Optional[int] = None
 
     def map(self, fn: Callable[[np.ndarray], Any]) -> FormMask:
-        """The same form with each present array passed through ``fn`` (to a device)."""
-        return FormMask(*(None if a is None else fn(a) for a in self))
+        """The same form with each present array passed through ``fn`` (to a device); the
+        static sizes (``window``, ``chunk``) stay Python ints."""
+        return self._replace(**{n: fn(a) for n, a in self.arrays().items() if a is not None})
+
+    def arrays(self) -> Dict[str, Any]:
+        """The array fields (None where absent), without the static sizes."""
+        return {n: getattr(self, n) for n in self._fields if n not in _FORM_STATIC}
+
+    def static(self) -> Tuple[Tuple[str, Any], ...]:
+        """The static sizes as hashable (name, value) pairs (for a compile cache key)."""
+        return tuple((n, getattr(self, n)) for n in _FORM_STATIC)
+
+
+_FORM_STATIC = ("window", "chunk")  # FormMask fields that are sizes, not arrays
 
 
 _SHAPES = {"BHLS": "BHLS", "B1LS": "B1LS", "11LS": "11LS", "B11S": "B11S", "BHL1": "BHL1",
@@ -406,6 +423,15 @@ def form_mask(problem: Problem, form: Optional[str] = None, *, true_means: str =
     attn = [p for p in parts if p.split("_", 1)[0] in ("bool", "float")]
     bias = None if m.bias is None else np.broadcast_to(np.asarray(m.bias, np.float64),
                                                        (B, H, L, S))
+    if {"local_window", "chunked_causal"} & set(parts):
+        if bias is not None:
+            raise Unsupported(f"mask form {form}: a window or chunk cannot carry the bias")
+        band = _reduce(allowed, "11LS", form)[0, 0]  # (L, S): the same for every item and head
+        if "local_window" in parts:
+            out["window"] = _fit_window(band, form)
+        else:
+            out["chunk"] = _fit_chunk(band, form)
+        allowed = np.ones_like(allowed)  # the window or chunk is the whole rest of the mask
     if not attn:
         if not allowed.all() or bias is not None:
             raise Unsupported(f"mask form {form}: the problem's mask has parts the form has "
@@ -426,6 +452,47 @@ def form_mask(problem: Problem, form: Optional[str] = None, *, true_means: str =
         a = a.reshape(B * H, L, S)  # (B*H, L, S), batch-major as torch.nn flattens
     out["attn"] = polarity(a) if kind == "bool" else a.astype(dtype)
     return FormMask(**out)
+
+
+def window_allowed(L: int, S: int, left: int, right: int) -> np.ndarray:
+    """(L, S) bool, True = attend: query i attends keys i - left <= j <= i + right (query i
+    sits at key i, top left, whatever Lq and Lk: jax.nn's ``local_window_size`` and splash's
+    ``LocalMask`` with offset 0)."""
+    d = np.arange(S)[None, :] - np.arange(L)[:, None]  # (L, S): key j minus query i
+    return (d >= -left) & (d <= right)
+
+
+def chunked_causal_allowed(L: int, S: int, chunk: int) -> np.ndarray:
+    """(L, S) bool, True = attend: query i attends keys j <= i with i // chunk == j // chunk
+    (top left; splash's ``ChunkedCausalMask``)."""
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    return (j <= i) & (i // chunk == j // chunk)
+
+
+def _fit_window(band: np.ndarray, form: str) -> Tuple[int, int]:
+    """The smallest (left, right) whose window is exactly ``band`` (L, S), else Unsupported."""
+    L, S = band.shape
+    rows = np.flatnonzero(band.any(axis=-1))
+    if rows.size == 0:
+        raise Unsupported(f"mask form {form}: the mask allows no key at all")
+    first = band[rows].argmax(axis=-1)  # first allowed key of each row
+    last = S - 1 - band[rows, ::-1].argmax(axis=-1)  # last allowed key of each row
+    left, right = int((rows - first).max()), int((last - rows).max())
+    if not np.array_equal(band, window_allowed(L, S, left, right)):
+        raise Unsupported(f"mask form {form}: the mask is not a sliding window (i - left <= "
+                          f"j <= i + right)")
+    return left, right
+
+
+def _fit_chunk(band: np.ndarray, form: str) -> int:
+    """The chunk size whose chunked causal mask is exactly ``band`` (L, S), else Unsupported
+    (a plain causal mask is one chunk of L)."""
+    L, S = band.shape
+    starts = [i for i in range(1, min(L, S)) if band[i, i] and not band[i, i - 1]]  # restarts
+    chunk = starts[0] if starts else L
+    if not np.array_equal(band, chunked_causal_allowed(L, S, chunk)):
+        raise Unsupported(f"mask form {form}: the mask is not causal within chunks of one size")
+    return chunk
 
 
 # --------------------------------------------------------------------------- weights

@@ -11,6 +11,16 @@ Sizes: B = 2 and H = 4 (so a (B*H) axis flattened head-major instead of batch-ma
 L = 9 queries and S = 67 keys (L != S, so a mask read transposed shows; S crosses a 64-key
 block). A plugin whose library takes one input for query, key and value
 (``kv_source="self"``) gets the square version, L = S = 24.
+
+The window forms (``local_window``, ``chunked_causal`` and their combinations) are longer,
+L = 200 queries and S = 300 keys (square: 200), so the window crosses the 128-key blocks of
+the kernels that skip blocks (splash, FlexAttention) and the last query block is partial.
+The sliding window is asymmetric, (left, right) = (37, 11), so swapped sizes show, and top
+left aligned (query i sits at key i whatever L and S: jax.nn's ``local_window_size`` has no
+other alignment), so keys past i + 11 of the last query are read by no row. The chunk size,
+48, does not divide L: the last chunk (rows 192-199) is partial, and a chunk straddles the
+128 boundary. Key lengths beside a window cut inside the last rows' windows (171 and 205)
+and leave every row a key.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from typing import List
 
 import numpy as np
 
-from suite.adapters import form_parts, with_form
+from suite.adapters import chunked_causal_allowed, form_parts, window_allowed, with_form
 from suite.cases import Case
 from suite.check import Outcome, run_problem
 from suite.plugin import MASK_FORMS, Implementation, declared
@@ -30,6 +40,10 @@ from suite.problem import Mask, Problem, make_problem
 B, H, E = 2, 4, 16
 L, S = 9, 67
 SQUARE = 24  # L = S for self-attention plugins
+WINDOW_L, WINDOW_S = 200, 300  # the window forms' lengths (square: L = S = WINDOW_L)
+WINDOW = (37, 11)  # (left, right): query i attends keys i - 37 .. i + 11
+CHUNK = 48  # chunked_causal's chunk size: 200 = 4 * 48 + 8, the last chunk partial
+WINDOW_KV_LENGTHS = (171, 205)  # key lengths (B,) beside a window: inside the last windows
 
 # The 4-D pattern of each attention-mask shape (a "1" axis is constant: broadcast).
 _PATTERN = {"BHLS": "BHLS", "B1LS": "B1LS", "11LS": "11LS", "B11S": "B11S", "BHL1": "BHL1",
@@ -81,6 +95,8 @@ def _attn_mask(rng: np.random.Generator, kind: str, shape: str, Lq: int, Sk: int
 
 def build(form: str, seed: int, self_attention: bool = False) -> Problem:
     """The canonical problem of mask form ``form`` (see the module docstring)."""
+    if {"local_window", "chunked_causal"} & set(form_parts(form)):
+        return _build_window(form, seed, self_attention)
     rng = np.random.default_rng(seed + 1)
     Lq, Sk = (SQUARE, SQUARE) if self_attention else (L, S)
     parts = form_parts(form)
@@ -107,6 +123,19 @@ def build(form: str, seed: int, self_attention: bool = False) -> Problem:
         if mask.allowed is not None:
             allowed = allowed & mask.allowed
         mask = dataclasses.replace(mask, allowed=allowed)
+    return make_problem(seed, B, Lq, Sk, E, H, mask=mask, self_attention=self_attention)
+
+
+def _build_window(form: str, seed: int, self_attention: bool) -> Problem:
+    """The canonical problem of a window form: the window or chunked causal mask as a boolean
+    (1, 1, L, S) ``allowed``, the causal flag and key lengths (B,) beside it as the form says."""
+    parts = form_parts(form)
+    Lq, Sk = (WINDOW_L, WINDOW_L) if self_attention else (WINDOW_L, WINDOW_S)
+    band = (window_allowed(Lq, Sk, *WINDOW) if "local_window" in parts
+            else chunked_causal_allowed(Lq, Sk, CHUNK))  # (L, S)
+    mask = Mask(allowed=band[None, None], causal="causal_flag" in parts)
+    if "kv_lengths" in parts:
+        mask = dataclasses.replace(mask, valid_lens=np.minimum(WINDOW_KV_LENGTHS, Sk))
     return make_problem(seed, B, Lq, Sk, E, H, mask=mask, self_attention=self_attention)
 
 

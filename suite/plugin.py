@@ -109,6 +109,10 @@ MASK_PARTS: Dict[str, str] = {
     "causal_flag": "the library's causal flag (top-left), the rest of the mask beside it",
     "causal_hint": "the causal flag given together with the causal mask itself as the "
                    "attention mask (torch.nn's is_causal hint)",
+    "local_window": "a sliding window given as its sizes (left, right): query i attends keys "
+                    "i - left <= j <= i + right (top left: query i sits at key i when Lq != Lk)",
+    "chunked_causal": "a chunk size c: query i attends keys j <= i in its own chunk "
+                      "(i // c == j // c; top left)",
 }
 # Forms the mask_forms family has a case for: each its parts joined by "+".
 MASK_FORMS: Dict[str, str] = {}
@@ -136,7 +140,14 @@ MASK_FORMS.update({
     "causal_flag+kv_lengths": "the causal flag beside key lengths",
     "causal_hint+bool_LS": "is_causal=True with the causal (L, S) mask as attn_mask",
     "causal_hint+kpm_bool+bool_LS": "the causal hint and mask beside key padding",
+    "local_window": MASK_PARTS["local_window"] + ", alone",
+    "local_window+kv_lengths": "a sliding window beside key lengths (B,)",
+    "local_window+causal_flag": "a sliding window beside the causal flag (its right side cut)",
+    "chunked_causal": MASK_PARTS["chunked_causal"] + ", alone",
 })
+# The forms given as sizes, not arrays (their cases are longer: L = 200, S = 300).
+WINDOW_FORMS = frozenset(f for f in MASK_FORMS
+                         if {"local_window", "chunked_causal"} & set(f.split("+")))
 
 
 @dataclasses.dataclass(frozen=True)

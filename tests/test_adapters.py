@@ -432,6 +432,13 @@ def _dense_from_form(form: adapters.FormMask, name: str, p, true_means: str) -> 
         out = np.where(form.query_mask[:, None, :, None], out, -np.inf)
     if "causal_flag" in parts:
         out = np.where(adapters.causal_allowed(L, S), out, -np.inf)
+    if form.window is not None:  # query i attends keys i - left .. i + right
+        j_minus_i = np.arange(S)[None, :] - np.arange(L)[:, None]  # (L, S)
+        out = np.where((j_minus_i >= -form.window[0]) & (j_minus_i <= form.window[1]), out,
+                       -np.inf)
+    if form.chunk is not None:  # causal within chunks
+        i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+        out = np.where((j <= i) & (i // form.chunk == j // form.chunk), out, -np.inf)
     return out
 
 
