@@ -187,6 +187,13 @@ class PallasTpuFlash(PallasTpuCore):
         return fa.BlockSizes(block_q=bq, block_k_major=BLOCK, block_k=BLOCK, block_b=1,
                              **backward)
 
+    def kernel(self) -> Any:
+        """The kernel called: ``ops.tpu.flash_attention.flash_attention``, its forward and its
+        custom VJP (a subclass may give another build of it, e.g. one with a planted bug)."""
+        from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+        return fa.flash_attention
+
     def check_shapes(self, problem: Problem, device: str) -> None:
         m = problem.mask
         padded = problem.S % BLOCK != 0
@@ -233,8 +240,8 @@ class PallasTpuFlash(PallasTpuCore):
         causal = "causal" in mask.kinds
         # With gradients, padded query rows get a zero cotangent (they are sliced off below),
         # so their ds is 0 and they change no gradient of the keys and values.
-        out = fa.flash_attention(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale,
-                                 block_sizes=self.block_sizes(L + L_pad))
+        out = self.kernel()(q, k, v, ab, segment_ids, causal=causal, sm_scale=scale,
+                            block_sizes=self.block_sizes(L + L_pad))
         return out[:, :, :L], None  # (B, H, L, D)
 
 
