@@ -177,3 +177,46 @@ def test_a_planted_splash_backward_bug_fails_under_the_interpreter():
     assert forward.run(ScaleDroppedInDq(), out).outcome == "pass", out.reason
     got = _splash_gradient_outcome(ScaleDroppedInDq(), "plain")
     assert got.outcome == "fail" and "grad query" in got.reason, (got.outcome, got.reason)
+
+
+TPU_FLASH_DQ_SCALE = (  # the dq kernel's scaling of ds, and the planted bug: it is dropped
+    "    if sm_scale != 1.0:\n      ds = ds * sm_scale\n",
+    "    pass  # planted: dq without sm_scale\n")
+
+
+def test_a_planted_tpu_flash_backward_bug_fails_under_the_interpreter(tmp_path, monkeypatch):
+    """The library's flash_attention module with its dq kernel's ``ds * sm_scale`` dropped
+    (the forward and dkv kernels unchanged): masking/none still passes, and the gradients of
+    the query and its projection fail gradients/plain."""
+    pytest.importorskip("jax")
+    import importlib.util
+
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    from implementations.pallas_attention import PallasTpuFlash
+    from suite.catalog import get
+    from suite.check import Outcome
+
+    right, wrong = TPU_FLASH_DQ_SCALE
+    source = open(fa.__file__).read()
+    assert source.count(right) == 1, f"the kernel's source no longer has {right!r}"
+    path = tmp_path / "buggy_flash_attention.py"
+    path.write_text(source.replace(right, wrong))
+    spec = importlib.util.spec_from_file_location("buggy_flash_attention", path)
+    buggy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, buggy)  # its dataclasses look themselves up
+    spec.loader.exec_module(buggy)
+
+    class ScaleDroppedInDq(PallasTpuFlash):
+        name = "bug.tpu_flash_dq_scale"
+
+        def kernel(self):
+            return buggy.flash_attention
+
+    forward = get("masking", "none")
+    out = Outcome("bug", INTERPRETED_CPU, "float32", "test", "none", forward.seed, "pass")
+    assert forward.run(ScaleDroppedInDq(), out).outcome == "pass", out.reason
+    got = _splash_gradient_outcome(ScaleDroppedInDq(), "plain")
+    assert got.outcome == "fail" and "grad query" in got.reason, (got.outcome, got.reason)
+    failed = {c.what for c in got.comparisons if not c.passed}
+    assert failed <= {"grad query", "grad w_q", "grad b_q"}, failed  # dk and dv are intact
