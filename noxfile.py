@@ -44,9 +44,10 @@ def tests(session: nox.Session) -> None:
     """Harness tests, conformance of every available implementation, and a ci-preset sweep."""
     install(session)
     session.run("mha-suite", "list")
-    # The harness tests on one pytest-xdist worker per core, a test module per worker.
+    # The harness tests on one pytest-xdist worker per core; worksteal rebalances the tail (a
+    # module of long tests collected last no longer runs alone on one worker).
     # --durations: each run's slowest tests in CI's log (every case keeps 3x under --timeout).
-    session.run("pytest", "tests", "-n", "auto", "--dist", "loadfile", "--durations=15",
+    session.run("pytest", "tests", "-n", "auto", "--dist", "worksteal", "--durations=15",
                 *session.posargs)
     session.run("mha-suite", "check", "--json", f"{RESULTS}/ci/conformance.json",
                 "-k", CI_CHECK_SELECTION, "--", "--durations=15")
