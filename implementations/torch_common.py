@@ -49,6 +49,13 @@ TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
 TorchMask = AttendMask  # the mask ``attend`` receives, tensors on the device
 
 
+def tensor_copy(a: np.ndarray, device: Any) -> torch.Tensor:
+    """A contiguous copy of ``a`` on ``device``: the problem's arrays may be read-only or
+    strided views (torch warns on read-only memory it would share, and a library may
+    ``.view`` its input, which needs contiguous strides)."""
+    return torch.tensor(np.ascontiguousarray(a), device=device)
+
+
 def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> AttendMask:
     """The canonical mask of ``p`` as tensors on ``device`` (the bias in ``dtype``)."""
     return attend_mask(p, put_float=lambda a: torch.as_tensor(a, device=device, dtype=dtype),
@@ -98,7 +105,7 @@ class TorchCore(Implementation):
         def put(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
             if a is None:
                 return None
-            x = torch.tensor(a, device=dev).to(t)  # a copy: the problem's arrays may be read-only
+            x = tensor_copy(a, dev).to(t)
             return x.requires_grad_(True) if grad else x
 
         tensors = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
@@ -239,7 +246,7 @@ class TorchModuleCore(TorchCore):
             self.load_weights(module, p)
 
         def put(a: np.ndarray) -> torch.Tensor:
-            x = torch.tensor(self._layout(a), device=dev).to(t)  # a copy (read-only inputs)
+            x = tensor_copy(self._layout(a), dev).to(t)
             return x.requires_grad_(True) if grad else x
 
         if shared:  # one tensor as query, key and value

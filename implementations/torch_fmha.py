@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchModuleCore, _np
+from implementations.torch_common import TorchModuleCore, _np, tensor_copy
 from implementations.torch_nn import TORCH_NN_FORMS, form_masks
 from suite import adapters
 from suite.plugin import Deviation, Unsupported
@@ -115,11 +115,11 @@ def fmha_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
         same = bool((attn_mask == attn_mask[:1, :1]).all())
         attn_mask = attn_mask[0, 0] if same else np.broadcast_to(
             attn_mask, (B, H, L, S)).reshape(B * H, L, S)
-        attn_mask = torch.tensor(attn_mask, device=dev)  # a copy (a read-only view)
+        attn_mask = tensor_copy(attn_mask, dev)
         attn_mask = attn_mask.to(t) if attn_mask.is_floating_point() else attn_mask
     kpm = None
     if parts.key_padding is not None:
-        kpm = torch.tensor(parts.key_padding, device=dev)  # (B, S), True = masked
+        kpm = tensor_copy(parts.key_padding, dev)  # (B, S), True = masked
         if attn_mask is not None and attn_mask.is_floating_point():
             kpm = torch.zeros(kpm.shape, device=dev, dtype=t).masked_fill(kpm, float("-inf"))
     return {"attn_mask": attn_mask, "key_padding_mask": kpm,

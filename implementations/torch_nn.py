@@ -36,7 +36,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from implementations.torch_common import TorchModuleCore, _np
+from implementations.torch_common import TorchModuleCore, _np, tensor_copy
 from suite import adapters
 from suite.plugin import Deviation, Unsupported
 from suite.problem import Problem
@@ -57,7 +57,7 @@ def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
     form = adapters.form_mask(p, true_means="masked")
 
     def put(a):
-        x = None if a is None else torch.tensor(a, device=dev)  # a copy (read-only inputs)
+        x = None if a is None else tensor_copy(a, dev)
         return x.to(t) if x is not None and x.is_floating_point() else x
 
     return {"attn_mask": put(form.attn), "key_padding_mask": put(form.key_padding),
@@ -163,17 +163,16 @@ def torch_nn_masks(p: Problem, dev: torch.device, t: torch.dtype
     attn_mask = None
     if parts.bias is not None:
         bias = np.broadcast_to(parts.additive(), (B, H, L, S))  # -inf where masked
-        # torch.tensor copies: the reshaped broadcast may be a read-only view
-        attn_mask = torch.tensor(bias.reshape(B * H, L, S), device=dev).to(t)
+        attn_mask = tensor_copy(bias.reshape(B * H, L, S), dev).to(t)
     elif parts.mask is not None:
         blocked = np.broadcast_to(parts.mask, (B, H, L, S))  # True = NOT allowed
         same = (blocked == blocked[:1, :1]).all()
         blocked = blocked[0, 0] if same else blocked.reshape(B * H, L, S)  # (L, S) or (B*H, L, S)
-        attn_mask = torch.tensor(blocked, device=dev)
+        attn_mask = tensor_copy(blocked, dev)
     key_padding_mask = None
     padded = parts.key_padding  # (B, S), True = padded
     if padded is not None:
-        key_padding_mask = torch.tensor(padded, device=dev)
+        key_padding_mask = tensor_copy(padded, dev)
         if attn_mask is not None and attn_mask.is_floating_point():
             # Mixed bool/float masks are deprecated: pass padding as -inf too.
             key_padding_mask = torch.zeros(B, S, device=dev, dtype=t).masked_fill(
