@@ -131,8 +131,14 @@ class PallasTpuCore(PallasCore):
 
     platform = "tpu"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._caches: Dict[Any, Dict] = {}  # JaxCore's executable caches, one per static mask
+        self.grad = False
+
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
+        self.grad = grad  # the kernels get backward block sizes only when gradients are asked
         if not interpreted(device):
             return super().prepare(problem, device, dtype, need_weights=need_weights,
                                    grad=grad)
@@ -155,16 +161,6 @@ class PallasTpuFlash(PallasTpuCore):
                         "weight is 0 and 0 * NaN is NaN (measured, masking/nan_padding and the "
                         "special_values key/value cases, interpreted, jax 0.10.2; reproducer "
                         "docs/repro/pallas-tpu-nan-padding/)")}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._caches: Dict[tuple, Dict] = {}
-        self.grad = False
-
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        self.grad = grad  # the kernel gets backward block sizes only when gradients are asked
-        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def block_sizes(self, Lp: int) -> Any:
         """The kernel's ``BlockSizes`` for Lp query rows (padded): query blocks of up to 128
@@ -271,16 +267,6 @@ class PallasTpuSplash(PallasTpuCore):
                     "visits reaches the rows of that batch item: masked logits get a finite "
                     "mask_value, so their weight is 0 and 0 * NaN is NaN (measured, "
                     "masking/nan_padding, interpreted, jax 0.10.2)")}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._caches: Dict[str, Dict] = {}
-        self.grad = False
-
-    def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
-                grad: bool = False) -> Dict[str, Any]:
-        self.grad = grad  # the kernels get backward block sizes only when gradients are asked
-        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def block_sizes(self, Lp: int) -> Any:
         """Splash's ``BlockSizes`` for Lp query rows (padded): query blocks of up to 128 rows,
