@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from implementations.jax_common import JaxCore
-from suite.adapters import AttendMask, form_mask, form_parts, requested_form, split_mask
-from suite.plugin import INTERPRETED_CPU, Deviation, Unsupported, interpreted
+from suite.adapters import AttendMask, form_mask, requested_form, split_mask
+from suite.plugin import INTERPRETED_CPU, WINDOW_FORMS, Deviation, Unsupported, interpreted
 from suite.problem import Problem
 
 BLOCK = 128  # both kernels' default block along the sequence (their BlockSizes)
@@ -373,7 +373,7 @@ def _splash_form_mask(problem: Problem, shape: Tuple[int, int]) -> Optional[List
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sam
 
     name = requested_form(problem)
-    if name is None or not {"local_window", "chunked_causal"} & set(form_parts(name)):
+    if name not in WINDOW_FORMS:
         return None
     form = form_mask(problem)
     one = (sa.LocalMask(shape, window_size=form.window, offset=0) if form.window is not None

@@ -34,7 +34,7 @@ import numpy as np
 from suite.adapters import chunked_causal_allowed, form_parts, window_allowed, with_form
 from suite.cases import Case
 from suite.check import Outcome, run_problem
-from suite.plugin import MASK_FORMS, Implementation, declared
+from suite.plugin import MASK_FORMS, WINDOW_FORMS, Implementation, declared
 from suite.problem import Mask, Problem, make_problem
 
 B, H, E = 2, 4, 16
@@ -95,7 +95,7 @@ def _attn_mask(rng: np.random.Generator, kind: str, shape: str, Lq: int, Sk: int
 
 def build(form: str, seed: int, self_attention: bool = False) -> Problem:
     """The canonical problem of mask form ``form`` (see the module docstring)."""
-    if {"local_window", "chunked_causal"} & set(form_parts(form)):
+    if form in WINDOW_FORMS:
         return _build_window(form, seed, self_attention)
     rng = np.random.default_rng(seed + 1)
     Lq, Sk = (SQUARE, SQUARE) if self_attention else (L, S)
