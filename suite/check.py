@@ -20,6 +20,7 @@ import numpy as np
 
 from suite import oracle
 from suite.agreement import Comparison, compare
+from suite.known import applicable as known_behaviours
 from suite.outputs import check_output
 from suite.plugin import (
     Deviation,
@@ -53,6 +54,12 @@ class Outcome:
     # policies the result needed (the rest were stale here: the spec's answer came out).
     behaviours: List[str] = dataclasses.field(default_factory=list)
     policies_used: List[str] = dataclasses.field(default_factory=list)
+    # The CPU instruction-set level the plugin's library dispatched to (suite.isa; None
+    # where the suite does not pin one), and the known library behaviours (suite.known)
+    # whose conditions held in this case / that the result needed.
+    isa: Optional[str] = None
+    known_held: List[str] = dataclasses.field(default_factory=list)
+    known_used: List[str] = dataclasses.field(default_factory=list)
 
     def worst(self) -> Optional[Comparison]:
         """The comparison closest to (or furthest past) its bound."""
@@ -74,6 +81,8 @@ class Outcome:
             "bound": _num(w.bound) if w else None, "ratio": _num(w.ratio) if w else None,
             "k": w.k if w else None, "atol": w.atol if w else None, "reason": self.reason,
             "behaviours": list(self.behaviours), "policies_used": list(self.policies_used),
+            "isa": self.isa, "known_held": list(self.known_held),
+            "known_used": list(self.known_used),
         }
 
 
@@ -167,7 +176,21 @@ def behaviours(p: Problem) -> List[str]:
     # above a causal diagonal): the spec says those rows do not see it.
     if bad.any() and (bad[:, None, None, :] & ~_allowed(p)).any():
         out.append("nan_padding")
+    if _nonfinite_query_rows(p).any():
+        out.append("nan_query_rows")
     return out
+
+
+def _nonfinite_query_rows(p: Problem) -> np.ndarray:
+    """(B, L, 1): query rows holding NaN or inf."""
+    return ~np.isfinite(p.query).all(-1, keepdims=True)
+
+
+def _zero_rows(p: Problem, rows: np.ndarray, *arrays: np.ndarray) -> List[np.ndarray]:
+    """``arrays`` (B, L, E) with ``rows`` (B, L, 1) set to a zero head output: the output
+    bias (0 without one), as the oracle gives a row with no key."""
+    b_o = np.zeros(p.E) if p.weights.b_o is None else np.asarray(p.weights.b_o, np.float64)
+    return [np.where(rows, b_o, np.asarray(a, np.float64)) for a in arrays]
 
 
 def _nan_readers(p: Problem) -> np.ndarray:
@@ -177,16 +200,22 @@ def _nan_readers(p: Problem) -> np.ndarray:
 
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
                  fully_masked: str = "zero", nan_confined: bool = False,
-                 bias_masked_nan: bool = False) -> List[Comparison]:
-    """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined`` and
-    ``bias_masked_nan`` apply declared policies to the reference instead of the spec."""
+                 bias_masked_nan: bool = False, nan_query_zero: bool = False
+                 ) -> List[Comparison]:
+    """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined``,
+    ``bias_masked_nan`` and ``nan_query_zero`` apply declared policies to the reference
+    instead of the spec."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked)
+    model_out, model_w = oracle.first_order(p, dtype, fully_masked)
+    if nan_query_zero:  # nan_query_rows=zero: those output rows are the output bias
+        rows = _nonfinite_query_rows(p)
+        ref_out, model_out = _zero_rows(p, rows, ref_out, np.nan_to_num(model_out))
+        naive = [(_zero_rows(p, rows, n[0])[0], n[1]) for n in naive]
     if bias_masked_nan:  # bias_masked_rows=nan: those rows' weights, and output rows, are NaN
         rows = _bias_masked_rows(p)  # (B, H, L, 1)
         ref_w = np.where(rows, np.nan, ref_w)
         ref_out = np.where(rows.any(axis=1), np.nan, ref_out)  # (B, L, 1): W_o mixes heads
-    model_out, model_w = oracle.first_order(p, dtype, fully_masked)
     readers = _nan_readers(p) if nan_confined else None
     comps = [compare("output", res.output, ref_out, [n[0] for n in naive], dtype,
                      may_be_nan=readers, model=model_out)]
@@ -222,6 +251,9 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     dtype = out.dtype
     with_weights = "weights" in getattr(impl, "features", ())
     out.behaviours = sorted(set(out.behaviours) | set(behaviours(p)))
+    out.isa = isa = implementation_isa(impl, out.device)
+    held = known_behaviours(impl, p, dtype, out.device, isa, behaviours(p))
+    out.known_held = sorted(set(out.known_held) | {kb.name for kb in held})
     try:
         out.comparisons = _comparisons(p, res, dtype, with_weights)
     except AssertionError as exc:  # wrong shapes, missing weights
@@ -229,23 +261,45 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     failed = [c for c in out.comparisons if not c.passed]
     if not failed:
         return out.classify("pass", out.reason)
-    policies = deviations_for(impl, dtype)  # a per-dtype declaration holds in its dtype only
-    declared: Dict[str, Deviation] = {b: policies[b] for b in behaviours(p) if b in policies}
+    exhibited = behaviours(p)
+    # A declaration holds where its ``where`` says (versions, level, device, problems): a
+    # per-dtype one in its dtype only; elsewhere the spec's answer is required.
+    policies = deviations_for(impl, dtype, out.device, isa)
+    declared: Dict[str, Deviation] = {b: policies[b] for b in exhibited if b in policies
+                                      and policies[b].where.holds_for(p, dtype, isa)}
+    known = [kb for kb in held if kb.behaviour not in declared]
     spec = "; ".join(c.describe() for c in failed) + _where(failed[0], res, p)
-    if not declared:
+    if not declared and not known:
         return out.classify("fail", spec)
-    fm = declared["fully_masked_rows"].policy if "fully_masked_rows" in declared else "zero"
-    policy = _comparisons(p, res, dtype, with_weights, fm, "nan_padding" in declared,
-                          "bias_masked_rows" in declared)
-    said = "; ".join(d.describe(b) for b, d in declared.items())
+    policy_of = {**{kb.behaviour: kb.policy for kb in known},
+                 **{b: d.policy for b, d in declared.items()}}
+    policy = _comparisons(p, res, dtype, with_weights,
+                          policy_of.get("fully_masked_rows", "zero"), "nan_padding" in policy_of,
+                          "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of)
+    said = "; ".join([d.describe(b) for b, d in declared.items()]
+                     + [kb.describe() for kb in known])
     broken = [c for c in policy if not c.passed]
     if broken:
         return out.classify("fail", f"{spec}; nor does it follow the declared policy "
                                     f"({said}): {'; '.join(c.describe() for c in broken)}")
     out.comparisons = policy
     out.policies_used = sorted(set(out.policies_used) | set(declared))
-    return out.classify("deviation", f"declared {said}; checked: the affected rows follow it "
-                                     f"and every other row passes (spec: {failed[0].describe()})")
+    checked = (f"checked: the affected rows follow it and every other row passes "
+               f"(spec: {failed[0].describe()})")
+    if known:  # a library bug, found before and checked again: a known failure
+        out.known_used = sorted(set(out.known_used) | {kb.name for kb in known})
+        return out.classify("known_failure", f"{said}; {checked}")
+    return out.classify("deviation", f"declared {said}; {checked}")
+
+
+def implementation_isa(impl: Implementation, device: str) -> Optional[str]:
+    """The instruction-set level ``impl`` runs at on ``device`` (None when not pinned, or
+    when a plugin's own ``isa`` hook raises: the level is a fact, not a verdict)."""
+    try:
+        level = impl.isa(device) if hasattr(impl, "isa") else None
+    except Exception:
+        return None
+    return str(level) if level else None
 
 
 def run_problem(impl: Implementation, out: Outcome, p: Problem, *,

@@ -39,7 +39,21 @@ class KnownFailuresError(ValueError):
 
 
 def read_known_failures(paths) -> Dict[str, str]:
-    """{test id glob: reason} from plain text files: one id a line, '#' then the reason."""
+    """{test id glob: reason} from plain text files: one id a line, optionally where it holds
+    between braces (``{torch<2.5; isa=avx512}``, ``suite.where``), '#' then the reason. The
+    reason of a line with a condition ends with ``[where ...]``; ``known_conditions`` reads
+    the conditions."""
+    return {pattern: reason for pattern, (reason, _where) in _read(paths).items()}
+
+
+def known_conditions(paths) -> Dict[str, object]:
+    """{test id glob: suite.where.Where or None} of the same files."""
+    return {pattern: where for pattern, (_reason, where) in _read(paths).items()}
+
+
+def _read(paths) -> Dict[str, tuple]:
+    from suite.where import WhereError, split_line
+
     out = {}
     for path in paths:
         try:
@@ -57,10 +71,17 @@ def read_known_failures(paths) -> Dict[str, str]:
         except OSError as exc:
             raise KnownFailuresError(f"--known-failures: cannot read {path}: "
                                      f"{exc.strerror}") from None
-        for line in lines:
-            pattern, _, reason = line.partition("#")
-            if pattern.strip():
-                out[pattern.strip()] = reason.strip() or "listed in " + str(path)
+        for number, line in enumerate(lines, 1):
+            try:
+                pattern, where, reason = split_line(line)
+            except WhereError as exc:
+                raise KnownFailuresError(f"--known-failures: {path}, line {number}: "
+                                         f"{exc}") from None
+            if pattern:
+                reason = reason or "listed in " + str(path)
+                if where is not None:
+                    reason += f" [where {where.text()}]"
+                out[pattern] = (reason, where)
     return out
 
 
@@ -101,6 +122,7 @@ class ConformanceSession:
         extra = config.getoption("--known-failures") or []
         try:
             self.known: Dict[str, str] = read_known_failures([KNOWN_FILE, *extra])
+            self.conditions = known_conditions([KNOWN_FILE, *extra])
         except KnownFailuresError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.records: List[dict] = []
@@ -147,11 +169,16 @@ class ConformanceSession:
                 raise pytest.UsageError(str(exc)) from None
         return self._targets
 
-    def known_failure(self, name: str) -> Optional[Tuple[str, str]]:
-        """(pattern, reason) of the first known-failure entry matching test ``name``."""
+    def known_failure(self, name: str, device: Optional[str] = None,
+                      isa: Optional[str] = None) -> Optional[Tuple[str, str]]:
+        """(pattern, reason) of the first known-failure entry matching test ``name`` whose
+        condition holds here (on ``device`` at level ``isa``); an entry with a condition
+        never matches where the environment is not known (``device`` None)."""
         for pattern, reason in self.known.items():
             if fnmatch.fnmatchcase(name, pattern):
-                return pattern, reason
+                where = self.conditions.get(pattern)
+                if where is None or (device is not None and where.holds(device, isa)):
+                    return pattern, reason
         return None
 
     # -- hooks ---------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequ
 import numpy as np
 
 from suite.problem import DTYPES, InputError, Problem
+from suite.where import ANYWHERE, Where
 
 FEATURES = frozenset({
     "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
@@ -79,6 +80,10 @@ POLICIES: Dict[str, Dict[str, str]] = {
     "nan_padding": {  # NaN in key or value positions the mask hides (the spec: no effect)
         "confined": "NaN reaches the output only in rows that read a NaN key or value; "
                     "every other row is right",
+    },
+    "nan_query_rows": {  # a query row holding NaN or inf (the spec: its output row is NaN)
+        "zero": "the row's head outputs are zero (its output row is the output bias), as for "
+                "a row with no key, instead of NaN",
     },
 }
 DEVIATIONS = frozenset(POLICIES)
@@ -152,13 +157,18 @@ WINDOW_FORMS = frozenset(f for f in MASK_FORMS
 
 @dataclasses.dataclass(frozen=True)
 class Deviation:
-    """A declared behaviour: ``policy`` (one of ``POLICIES[behaviour]``) and the measured reason."""
+    """A declared behaviour: ``policy`` (one of ``POLICIES[behaviour]``), the measured reason,
+    and where it holds (``suite.where.Where``: versions, instruction-set level, device, and the
+    problems that show it). Outside ``where`` the spec's answer is required."""
 
     policy: str
     reason: str
+    where: Where = ANYWHERE
 
     def describe(self, behaviour: str) -> str:
-        return f"{behaviour}={self.policy} ({POLICIES[behaviour][self.policy]}): {self.reason}"
+        held = "" if self.where == ANYWHERE else f" [where {self.where.text()}]"
+        return (f"{behaviour}={self.policy} ({POLICIES[behaviour][self.policy]}): "
+                f"{self.reason}{held}")
 
 
 # What ``deviations`` maps a behaviour to: one Deviation for every dtype, or a dict
@@ -168,14 +178,16 @@ class Deviation:
 Declaration = Union[Deviation, Mapping[str, Deviation]]
 
 
-def deviations_for(impl: Any, dtype: str) -> Dict[str, Deviation]:
-    """behaviour -> the Deviation ``impl`` declares for runs in ``dtype``."""
+def deviations_for(impl: Any, dtype: str, device: Optional[str] = None,
+                   isa: Optional[str] = None) -> Dict[str, Deviation]:
+    """behaviour -> the Deviation ``impl`` declares for runs in ``dtype``; given the
+    ``device`` (and the instruction-set level ``isa``), only those whose ``where`` holds in
+    that environment (the problem condition is the judge's)."""
     out = {}
     for behaviour, decl in dict(getattr(impl, "deviations", {}) or {}).items():
-        if isinstance(decl, Deviation):
-            out[behaviour] = decl
-        elif dtype in decl:
-            out[behaviour] = decl[dtype]
+        d = decl if isinstance(decl, Deviation) else decl.get(dtype)
+        if d is not None and (device is None or d.where.holds(device, isa)):
+            out[behaviour] = d
     return out
 
 
@@ -279,6 +291,17 @@ class Implementation:
 
     def framework_version(self) -> str:
         return "unknown"
+
+    def isa(self, device: str) -> Optional[str]:
+        """The CPU instruction-set level this process's array library dispatched its kernels
+        to on ``device`` (``suite.isa``): torch's level on the CPU for a plugin whose array
+        library is torch, else None (a library the suite does not pin to a level)."""
+        from suite import isa
+
+        library = self.array_library or self.framework
+        if device.split("[")[0] != "cpu" or library not in isa.DISPATCH_ENV:
+            return None
+        return isa.torch_level()
 
     def devices(self) -> List[str]:
         """Devices usable now, e.g. ["cpu", "cuda:0"]."""
@@ -525,7 +548,8 @@ def check_interface(cls: type) -> None:
         else:
             per = {"": dev}
         for where, d in per.items():
-            if not isinstance(d, Deviation) or d.policy not in POLICIES[behaviour]:
+            if not isinstance(d, Deviation) or d.policy not in POLICIES[behaviour] \
+                    or not isinstance(d.where, Where):
                 raise TypeError(f"{cls.__name__}.deviations[{behaviour!r}]{where}: expected "
-                                f"Deviation(policy, reason) with policy one of {known} (or a "
+                                f"Deviation(policy, reason[, where]) with policy one of {known} (or a "
                                 f"dict dtype -> Deviation), got {d!r}")

@@ -218,7 +218,9 @@ def save_sweep(path: PathLike, run: Dict[str, Any], points: List[dict],
 
 def _result_key(r: dict) -> Any:
     test_id = r.get("test_id")
-    return ("test_id", r.get("impl"), r.get("device"), r.get("dtype"), test_id) if test_id \
+    # one record per case and instruction-set level (suite.isa): each level is its own verdict
+    return ("test_id", r.get("impl"), r.get("device"), r.get("dtype"), test_id,
+            r.get("isa")) if test_id \
         else ("record", json.dumps(r, sort_keys=True, default=str))
 
 

@@ -29,6 +29,9 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # whole 512-key blocks masked at the start, middle and end of rows; causal past a tile
     "tiles": ("masked_blocks_bool", "causal_bottom_right_1025x257"),
     "special_values": ("nan_key_causal", "inf_bias_entry", "nan_query"),
+    # a NaN query row with every key in a vector loop's tail; rows with no key and NaN
+    # padding across one vector
+    "lanes": ("nan_query_S4", "fully_masked_S9", "nan_padding_S17"),
     # a per-shape compiler runs one shape: two identical calls (batch_equals_items compiles
     # one shape per batch item: 90 s on torch.flex, cold)
     "properties": ("repeatable", "batch_equals_items", "weights_are_distributions"),

@@ -15,7 +15,7 @@ import pytest
 
 from suite import catalog
 from suite.cases import Case
-from suite.check import FAILED, Outcome, error_text, merge_repeats
+from suite.check import FAILED, Outcome, error_text, implementation_isa, merge_repeats
 from suite.conformance_session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
 from suite.plugin import Implementation, declared
 from suite.timeouts import timed_out
@@ -125,7 +125,11 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
     __tracebackhide__ = True
     outcome.test_id = record_id(request.node)
     request.node.stash[RECORDED] = True
-    known = ConformanceSession.of(request.config).known_failure(request.node.name)
+    if outcome.isa is None:  # a case that ended before the judge read the level
+        outcome.isa = implementation_isa(request.node.callspec.params["target"][0].impl,
+                                         outcome.device)
+    known = ConformanceSession.of(request.config).known_failure(
+        request.node.name, outcome.device, outcome.isa)
     if known:
         request.node.user_properties.append((KNOWN_KEY, known[0]))
         known = known[1]

@@ -1,0 +1,87 @@
+"""CPU instruction-set levels: which a library dispatched to, and how to run a lower one.
+
+Libraries compile their CPU kernels once per instruction set and pick one at start-up, so
+a loop that only runs below one vector width exists on one CPU and not on the next. torch
+reads ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``) once, at import: each level
+runs in a process of its own (``mha-suite check --isa``). A plugin whose array library is
+torch reports the level its process dispatched to (``Implementation.isa``); the record of
+every case carries it.
+
+Measured before it was relied on (torch 2.13.0+cpu): ``torch.backends.cpu.get_cpu_capability()``
+follows the variable, and the kernels change with it (a NaN query row comes out as zeros for
+key lengths under 8 at ``default``/``avx2`` and under 16 at ``avx512``: docs/repro/
+torch-sdpa-nan-query-short-keys/). Not varied: XLA (jax), whose CPU code is generated per
+shape by LLVM for the host, and NumPy/OpenBLAS, whose kernels are the oracle's and the
+numpy built-ins' (README, "Instruction-set levels").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+from suite.where import ISA_LEVELS
+
+TORCH_ENV = "ATEN_CPU_CAPABILITY"
+# The array libraries whose CPU kernels the suite can pin to a level, and the variable each reads.
+DISPATCH_ENV: Dict[str, str] = {"torch": TORCH_ENV}
+
+
+def torch_level() -> Optional[str]:
+    """The level torch dispatched to in this process ("default", "avx2", "avx512", ...,
+    lowercase), or None without torch. Imports torch: call it where torch runs anyway."""
+    try:
+        import torch
+    except Exception:
+        return None
+    try:
+        return str(torch.backends.cpu.get_cpu_capability()).lower()
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def native_torch_level() -> Optional[str]:
+    """The level torch picks on this CPU with no variable set, read in a child process (the
+    variable of this one may be set, and importing torch here is not this module's call)."""
+    env = {k: v for k, v in os.environ.items() if k != TORCH_ENV}
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    level = out.stdout.strip().lower()
+    return level if out.returncode == 0 and level else None
+
+
+def machine_levels() -> List[str]:
+    """The levels this CPU can run torch's kernels at, lowest first: every level of
+    ``ISA_LEVELS`` up to the native one (x86 only; elsewhere just the native level)."""
+    native = native_torch_level()
+    if native is None:
+        return []
+    if native not in ISA_LEVELS or platform.machine().lower() not in ("x86_64", "amd64"):
+        return [native]
+    return list(ISA_LEVELS[:ISA_LEVELS.index(native) + 1])
+
+
+def parse_levels(text: str) -> List[str]:
+    """--isa's value: ``all`` (every level here), ``native``, or levels joined by commas."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if not words:
+        raise ValueError("--isa: expected all, native or levels such as default,avx2")
+    bad = [w for w in words if w not in (*ISA_LEVELS, "all", "native")]
+    if bad:
+        raise ValueError(f"--isa: unknown level(s) {', '.join(bad)}; expected all, native or "
+                         f"some of {', '.join(ISA_LEVELS)}")
+    return words
+
+
+def env_for(level: str) -> Dict[str, str]:
+    """The environment variables that pin every dispatching library to ``level``."""
+    return {var: level for var in DISPATCH_ENV.values()}

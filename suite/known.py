@@ -1,0 +1,76 @@
+"""Known library behaviours that follow the behaviour, not a test id.
+
+A known failure listed by test id (``suite/conformance/known_failures.txt``) covers the cases
+it names. A library bug shows wherever its conditions meet, in built-ins and in the plugins
+users write around the same library: a ``KnownBehaviour`` says which behaviour (a key of
+``suite.plugin.POLICIES``) the library shows, with which policy, in which array library, and
+where (``suite.where.Where``: versions, instruction-set level, device, and the problems that
+show it). A case that fails the spec is a *known failure* when the behaviour's conditions hold
+and, with the policy applied to the affected rows, every row passes the rule: the rows are
+checked, not excused. Anywhere else the spec's answer is required, and a behaviour that held
+in some case of a run and was never needed there is reported as stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import FrozenSet, List, Optional, Tuple
+
+from suite.where import Where, lanes
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownBehaviour:
+    """A measured library behaviour: ``behaviour=policy`` in ``libraries`` ``where`` it holds."""
+
+    name: str  # a stable slug, e.g. the reproducer's folder name
+    behaviour: str  # a key of suite.plugin.POLICIES
+    policy: str  # one of POLICIES[behaviour]
+    libraries: FrozenSet[str]  # the array libraries (or frameworks) whose kernels show it
+    where: Where
+    reason: str
+    repro: str = ""  # a standalone reproducer under docs/repro/
+    upstream: str = ""  # the upstream issue, where one exists
+
+    def describe(self) -> str:
+        repro = f", reproducer {self.repro}" if self.repro else ""
+        return (f"known behaviour {self.name} ({self.behaviour}={self.policy}): {self.reason}"
+                f" [where {self.where.text()}]{repro}")
+
+
+def _short_keys_no_attn_mask(p, dtype: str, isa: Optional[str]) -> bool:
+    """Fewer keys than one SIMD vector of the accumulation type holds at ``isa``, and no
+    attention mask reaches the kernel (no mask, or the causal flag alone)."""
+    m = p.mask
+    no_attn_mask = m.is_empty() or (m.causal and m.causal_align == "top_left" and
+                                    m.valid_lens is None and m.allowed is None and m.bias is None)
+    return p.S < lanes(isa, dtype) and no_attn_mask
+
+
+KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = (
+    KnownBehaviour(
+        name="torch-sdpa-nan-query-short-keys",
+        behaviour="nan_query_rows", policy="zero", libraries=frozenset({"torch"}),
+        where=Where(versions={"torch": ">=2.13,<2.14"}, device=frozenset({"cpu"}),
+                    when=_short_keys_no_attn_mask,
+                    when_text="fewer keys than one SIMD vector (8 float32 lanes at default "
+                              "and avx2, 16 at avx512; 4 and 8 float64), no attn_mask"),
+        reason="torch's CPU flash SDPA kernel returns a zero row, not NaN, for a query row "
+               "holding NaN when every key sits in the vector loop's tail (measured on torch "
+               "2.13.0+cpu at every level: zeros for S = 1..7 at default and avx2, 1..15 at "
+               "avx512, float32/float16/bfloat16; S = 1..3 in float64 at avx2; NaN with an "
+               "attn_mask); the class of pytorch #141128",
+        repro="docs/repro/torch-sdpa-nan-query-short-keys/repro.py",
+        upstream="https://github.com/pytorch/pytorch/issues/141128"),
+)
+
+
+def applicable(impl, problem, dtype: str, device: str, isa: Optional[str],
+               exhibited: List[str], behaviours: Tuple[KnownBehaviour, ...] = KNOWN_BEHAVIOURS
+               ) -> List[KnownBehaviour]:
+    """The known behaviours that hold for ``impl`` on ``problem`` here and that the problem
+    exhibits (``exhibited``: ``suite.check.behaviours(problem)``)."""
+    library = getattr(impl, "array_library", "") or getattr(impl, "framework", "")
+    return [kb for kb in behaviours
+            if library in kb.libraries and kb.behaviour in exhibited
+            and kb.where.holds(device, isa) and kb.where.holds_for(problem, dtype, isa)]
