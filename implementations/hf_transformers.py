@@ -149,6 +149,20 @@ class HFBert(HFAttention):
         return module.out_linear(heads), weights  # (B, L, E)
 
 
+def gpt2_scaling(config: Any, head_dim: int, layer_idx: int) -> float:
+    """The factor GPT-2's config asks q.k to be multiplied by: 1/sqrt(head_dim) when
+    ``scale_attn_weights``, divided by ``layer_idx + 1`` when
+    ``scale_attn_by_inverse_layer_idx``. These config options mean this on every
+    transformers 5.x; where the module keeps the product differs by release (a ``scaling``
+    attribute from 5.4, computed inside the attention functions before), so the adapter
+    reads the config, never the module's attribute. What a release's attention path does
+    with the options is the measurement (transformers < 5.4's sdpa path ignores both)."""
+    scaling = head_dim ** -0.5 if config.scale_attn_weights else 1.0
+    if config.scale_attn_by_inverse_layer_idx:
+        scaling /= float(layer_idx + 1)
+    return scaling
+
+
 class HFGPT2(HFAttention):
     """Self-attention problems (query, key and value the same array, no gradients) run the
     self-attention module (packed q/k/v ``c_attn`` (E, 3E)); every other problem runs its
@@ -168,27 +182,33 @@ class HFGPT2(HFAttention):
         # Separate leaves are needed for the gradients of query and key.
         return not grad and _same(problem.query, problem.key)
 
+    def config(self, p):
+        """The GPT2Config this name builds its module from (no dropout)."""
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Config
+
+        return GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
+                          attn_implementation=self.attn, **self.config_options)
+
     def build_for(self, p, *, shared_input):
         """The self-attention module for one shared input, else the cross-attention one."""
-        from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Config
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
-        config = GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
-                            attn_implementation=self.attn, **self.config_options)
-        return GPT2Attention(config, is_cross_attention=not shared_input,
+        return GPT2Attention(self.config(p), is_cross_attention=not shared_input,
                              layer_idx=self.layer_idx).double()  # float64 before the weights
 
     def load_weights(self, module, p):
-        ratio = p.effective_scale / module.scaling  # 1 when the module's scale is canonical
+        scaling = gpt2_scaling(self.config(p), p.D, self.layer_idx)
+        ratio = p.effective_scale / scaling  # 1 when the module's scale is canonical
         if self.fold_scale:  # q times scale / scaling: the module's q.k * scaling is canonical
             w = p.weights
             p = dataclasses.replace(p, weights=dataclasses.replace(
                 w, w_q=w.w_q * ratio, b_q=None if w.b_q is None else w.b_q * ratio))
         elif abs(ratio - 1) > 1e-12:
-            raise Unsupported(f"GPT2Attention scales q.k by {module.scaling:.6g}, the problem "
+            raise Unsupported(f"GPT2Attention scales q.k by {scaling:.6g}, the problem "
                               f"by {p.effective_scale:.6g}")
         packed = adapters.to_conv1d_packed(p.weights)  # c_attn (E, 3E), c_proj (E, E)
         _load(module.c_proj, packed["c_proj"])
-        if not module.is_cross_attention:
+        if not _is_cross(module):
             _load(module.c_attn, packed["c_attn"])
             return
         conv = adapters.to_conv1d(p.weights)  # role -> (in, out)
@@ -200,7 +220,7 @@ class HFGPT2(HFAttention):
 
     def weight_grads(self, module):
         has_bias = module.c_proj.bias is not None
-        E = module.embed_dim
+        E = module.c_proj.weight.shape[0]  # Conv1D (in, out): the embedding width
         kv = _grads(module.c_attn, has_bias)  # (E, 2E): k then v
         q = _grads(module.q_attn, has_bias)
         split = [None, None] if kv.bias is None else [kv.bias[:E], kv.bias[E:]]
@@ -209,10 +229,16 @@ class HFGPT2(HFAttention):
             "v": adapters.Param(kv.weight[:, E:], split[1]), "o": _grads(module.c_proj, has_bias)})
 
     def call(self, module, query, key, value, mask, need_weights):
-        if not module.is_cross_attention:
+        if not _is_cross(module):
             return module(query, **mask)
         return module(query, encoder_hidden_states=key, encoder_attention_mask=mask["attention_mask"],
                       is_causal=mask["is_causal"])
+
+
+def _is_cross(module) -> bool:
+    """Whether a GPT2Attention is the cross-attention form: it has the separate query layer
+    ``q_attn`` (a weight name, stable as checkpoints are; the module's own test too)."""
+    return hasattr(module, "q_attn")
 
 
 class HFLlama(HFAttention):
@@ -250,8 +276,8 @@ class HFLlama(HFAttention):
         # Identity rotary embedding (cos = 1, sin = 0): the canonical problem has no
         # positional encoding, so none is applied; this translates, it repairs nothing.
         q = state["tensors"]["query"]
-        cos = torch.ones(*q.shape[:2], state["module"].head_dim, device=q.device,
-                         dtype=q.dtype)  # (B, L, D)
+        cos = torch.ones(*q.shape[:2], state["p"].D, device=q.device,
+                         dtype=q.dtype)  # (B, L, D): the head width the config was given
         state["mask"]["position_embeddings"] = (cos, torch.zeros_like(cos))
 
     def call(self, module, query, key, value, mask, need_weights):

@@ -103,3 +103,68 @@ def test_fmha_masks_use_its_polarity_and_the_causal_hint():
     assert not kw["is_causal"]
     assert kw["key_padding_mask"].dtype == torch.float32  # float with a float attn_mask
     assert kw["key_padding_mask"][1, 3] == float("-inf") and kw["key_padding_mask"][1, 2] == 0
+
+
+def _gpt2(name: str):
+    from implementations.hf_transformers import variants
+
+    return next(cls for cls in variants() if cls.name == name)()
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("hf.gpt2[eager]", lambda D: D ** -0.5),
+    ("hf.gpt2[sdpa,unscaled]", lambda D: 1.0),
+    ("hf.gpt2[eager,scale_by_layer]", lambda D: D ** -0.5 / 4),  # layer_idx 3
+])
+@pytest.mark.parametrize("attribute", ["missing", "misleading"])
+def test_gpt2_scale_comes_from_its_config_not_a_module_attribute(name, expected, attribute):
+    # transformers < 5.4's GPT2Attention has no `scaling` attribute (5.3.0: AttributeError on
+    # every case when the adapter read it): the scale GPT-2's config asks for
+    # (scale_attn_weights, scale_attn_by_inverse_layer_idx, the head width) is what the
+    # canonical scale is compared with, and folded into W_q where the name declares it.
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    impl = _gpt2(name)
+    p = make_problem(0, 2, 5, 5, 8, 2, self_attention=True)  # D = 4
+    module = impl.build_for(p, shared_input=True)
+    if attribute == "missing":
+        if hasattr(module, "scaling"):
+            del module.scaling
+    else:
+        module.scaling = 123.0  # what a release might call something else
+    with torch.no_grad():
+        impl.load_weights(module, p)
+    ratio = p.effective_scale / expected(p.D)
+    w_q = module.c_attn.weight[:, :p.E].detach().numpy()  # Conv1D (in, out): q first
+    np.testing.assert_allclose(w_q, p.weights.w_q * ratio, rtol=1e-12, atol=0)
+    if not impl.fold_scale:
+        assert ratio == pytest.approx(1.0)
+
+
+def test_gpt2_refuses_a_scale_its_config_cannot_express():
+    pytest.importorskip("transformers")
+    from suite.plugin import Unsupported
+
+    impl = _gpt2("hf.gpt2[eager]")  # no fold: 1/sqrt(D) only
+    p = make_problem(0, 2, 5, 5, 8, 2, self_attention=True, scale=0.25)  # D = 4: config 0.5
+    module = impl.build_for(p, shared_input=True)
+    if hasattr(module, "scaling"):
+        del module.scaling
+    with pytest.raises(Unsupported, match=r"scales q\.k by 0\.5, the problem by 0\.25"):
+        impl.load_weights(module, p)
+
+
+def test_gpt2_cross_attention_is_told_by_its_query_layer():
+    # The cross-attention form is the one with its own query layer `q_attn`: the adapter
+    # loads q there and packed k/v (E, 2E) in c_attn, whatever the module calls its flag.
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    impl = _gpt2("hf.gpt2[sdpa]")
+    p = make_problem(0, 2, 5, 5, 8, 2, self_attention=True)
+    module = impl.build_for(p, shared_input=False)
+    if hasattr(module, "is_cross_attention"):
+        del module.is_cross_attention  # a constructor flag, not read
+    with torch.no_grad():
+        impl.load_weights(module, p)
+    np.testing.assert_array_equal(module.q_attn.weight.detach().numpy(), p.weights.w_q)
+    np.testing.assert_array_equal(module.c_attn.weight[:, :p.E].detach().numpy(), p.weights.w_k)
