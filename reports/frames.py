@@ -104,7 +104,10 @@ def conformance_frame(docs: List[Document]) -> pd.DataFrame:
     df = pd.DataFrame(rows).reindex(columns=CONFORMANCE_COLUMNS)
     for c in ("err", "err_naive", "bound", "ratio", "k", "atol"):
         df[c] = df[c].map(_float).astype(float)
-    df = _newest(df, ["machine", "impl", "device", "dtype", "test_id"], "created")
+    # A rerun at the same library version replaces a case; another version is another
+    # environment (a compat matrix merges several into one report), kept beside it.
+    df = _newest(df, ["machine", "impl", "framework_version", "device", "dtype", "test_id"],
+                 "created")
     return df.reset_index(drop=True)
 
 

@@ -109,11 +109,17 @@ def implementations(docs: List[Document], styles: Optional[Dict[str, Style]] = N
     """Implementations named by conformance files: availability and declared deviations;
     available ones first, grouped by family, by name within a family."""
     seen: Dict[str, Dict[str, Any]] = {}
+    versions_seen: Dict[str, List[str]] = {}
     for d in docs:
         for i in d.doc.get("implementations") or [] if d.kind == "conformance" else []:
+            known = versions_seen.setdefault(i.get("name"), [])
+            if i.get("framework_version") and i.get("framework_version") not in known:
+                known.append(i.get("framework_version"))
             seen[i.get("name")] = {
                 "name": i.get("name"), "framework": i.get("framework"),
-                "version": i.get("framework_version"), "source": i.get("source"),
+                # every version a results file checked it at (a compat matrix has several)
+                "version": ", ".join(sorted(known, key=_version_key)) or None,
+                "source": i.get("source"),
                 "available": i.get("available", True), "error": i.get("error"),
                 "devices": ", ".join(i.get("devices") or []) or "-",
                 "features": ", ".join(i.get("features") or []),
@@ -160,6 +166,56 @@ def _declared(d: Any) -> str:
 
 
 # --- conformance ---------------------------------------------------------------------------
+def several_versions(conf: pd.DataFrame) -> pd.Series:
+    """Per row: whether its machine checked its implementation at more than one library
+    version (a compat matrix merged into one report)."""
+    if conf.empty:
+        return pd.Series(False, index=conf.index)
+    return conf.groupby(["machine", "impl"])["framework_version"].transform("nunique") > 1
+
+
+def by_version(conf: pd.DataFrame) -> pd.DataFrame:
+    """The rows with the library version added to the machine's name where one machine checked
+    an implementation at several versions: each version is then a row of its own in the
+    matrix and the headline (a verdict belongs to an implementation in an environment)."""
+    several = several_versions(conf)
+    if not several.any():
+        return conf
+    conf = conf.copy()
+    conf.loc[several, "machine"] = (conf["machine"].astype(str) + ", "
+                                    + conf["framework"].fillna("").astype(str) + " "
+                                    + conf["framework_version"].fillna("?").astype(str))[several]
+    return conf
+
+
+def versions(conf: pd.DataFrame) -> List[Dict[str, Any]]:
+    """Outcome counts per (implementation, library version) (and machine when several),
+    for the implementations checked at more than one version: one row each, the worst outcome
+    first (unsupported cases are no finding), in name then version order."""
+    several = several_versions(conf)
+    if not several.any():
+        return []
+    multi = conf["machine"].nunique() > 1
+    rows = []
+    keys = ["impl", "framework", "framework_version", "machine"]
+    for (impl, framework, version, machine), g in conf[several].groupby(keys, dropna=False):
+        counts = g["outcome"].where(g["outcome"].isin(OUTCOME_ORDER), "error").value_counts()
+        worst = next((o for o in OUTCOME_ORDER if counts.get(o) and o != "unsupported"),
+                     "unsupported")
+        rows.append({"impl": impl, "machine": machine if multi else "",
+                     "version": f"{framework} {version}", "outcome": worst,
+                     "counts": {o: int(counts.get(o, 0)) for o in OUTCOME_ORDER},
+                     "_key": (impl, str(machine), _version_key(str(version)))})
+    rows.sort(key=lambda r: r.pop("_key"))
+    return rows
+
+
+def _version_key(version: str) -> Tuple:
+    """A release's number as a tuple for ordering (5.3.0 before 5.12.0); text parts last."""
+    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x)
+                 for x in re.split(r"[.+-]", version))
+
+
 def anchor(impl: str, machine: Optional[str] = None) -> str:
     """The id of an implementation's conformance details (per machine when several)."""
     name = f"{impl}-{machine}" if machine else str(impl)

@@ -16,6 +16,7 @@ from reports import figures
 from reports.build import build_report
 from reports.frames import load, load_sweeps
 from reports.styles import COLOURS, KNOWN_FAMILIES, MARKERS, assign, family_of, family_order
+from reports.tables import OUTCOME_ORDER as OUTCOME_NAMES
 from reports.tables import compare_baseline
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -475,3 +476,55 @@ def test_a_per_dtype_declaration_shows_per_dtype_in_results_and_report(cli, tmp_
     text = " ".join(soup.find(id="implementations").find_next("table").get_text(" ").split())
     assert "fully_masked_rows[float16] : nan: planted" in text, text
     assert "fully_masked_rows[float32] : mean_values: planted" in text
+
+
+def _at_version(src: dict, impl: str, version: str, created: str, fail_case: str = "") -> dict:
+    """``src`` with ``impl``'s recorded framework version set, created at ``created``, and
+    ``impl``'s case ``fail_case`` (family/case) failing."""
+    doc = json.loads(json.dumps(src))
+    doc["created"] = created
+    for i in doc["implementations"]:
+        if i["name"] == impl:
+            i["framework_version"] = version
+    for r in doc["results"]:
+        if r["impl"] == impl and f"{r['family']}/{r['case']}" == fail_case:
+            r.update(outcome="fail", reason="planted: fails at this version only")
+    return doc
+
+
+def test_a_version_matrix_keeps_each_version_apart(tmp_path):
+    # Two runs of one machine (`nox -s compat`): jax.nn at an old version failing a case, then
+    # at a newer one passing it. The newer file must not replace the older version's cases.
+    src = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old" / "conformance.json").write_text(json.dumps(_at_version(
+        src, "jax.nn", "0.4.31", "2026-11-22T12:00:00+00:00", fail_case="masking/none")))
+    (tmp_path / "new" / "conformance.json").write_text(json.dumps(_at_version(
+        src, "jax.nn", "0.10.2", "2026-11-22T13:00:00+00:00")))
+    soup = _soup(build_report([tmp_path / "old", tmp_path / "new"], tmp_path / "r.html"))
+    table = soup.find(id="versions").find_next("table")
+    header = [th.get_text(strip=True) for th in table.find("tr").find_all("th")]
+    rows = {tuple(td.get_text(strip=True) for td in tr.find_all("td")[:2]):
+            dict(zip(header, (td.get_text(strip=True) for td in tr.find_all("td"))))
+            for tr in table.find_all("tr")[1:]}
+    assert set(rows) == {("jax.nn", "jax 0.4.31"), ("jax.nn", "jax 0.10.2")}
+    cases = [r for r in src["results"] if r["impl"] == "jax.nn"]
+    old, new = rows[("jax.nn", "jax 0.4.31")], rows[("jax.nn", "jax 0.10.2")]
+    assert old["worst"] == "fail" and new["worst"] != "fail"
+    assert int(old["fail"]) == 1 and int(new["fail"]) == 0
+    assert int(old["pass"]) == int(new["pass"]) - 1 == sum(r["outcome"] == "pass" for r in cases) - 1
+    assert sum(int(old[o]) for o in OUTCOME_NAMES) == len(cases)
+    assert sum(int(new[o]) for o in OUTCOME_NAMES) == len(cases)
+    # each version is its own row of the matrix; an implementation at one version keeps its name
+    impls = [td.get_text(strip=True) for td in soup.find(id="conformance").select("td.impl")]
+    assert sum("jax.nn" in i for i in impls) == 2
+    assert any("jax 0.4.31" in i for i in impls) and any("jax 0.10.2" in i for i in impls)
+    assert "numpy (vm)" in impls  # one version: the machine's name alone
+    listed = soup.find(id="implementations").find_next("table").get_text()
+    assert "0.4.31, 0.10.2" in listed
+
+
+def test_one_version_per_implementation_shows_no_versions_table(tmp_path):
+    soup = _soup(build_report([FIXTURES / "real"], tmp_path / "r.html"))
+    assert soup.find(id="versions") is None
