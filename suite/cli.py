@@ -160,12 +160,99 @@ class _SessionOf:
         self.config = config
 
 
+# The families every lower instruction-set level runs (suite.isa): where a vector loop's tail,
+# a NaN or a row with no key meets a kernel the level changes. The native level runs all.
+ISA_FAMILIES = ("lanes", "special_values", "masking", "tiles")
+
+
+def isa_plan(args: argparse.Namespace) -> tuple:
+    """(run the native level here?, the lower levels to run in processes of their own, the
+    selected implementations whose array library dispatches on the level), checked before any
+    work: a level above this CPU's is refused in one line."""
+    from suite import isa
+
+    words = getattr(args, "isa", None) or ["native"]
+    if words == ["native"]:
+        return True, [], []
+    reg = _registry(args)
+    dispatching = [e.name for e in reg.select(args.impl or None, available_only=True)
+                   if e.description is not None and (e.description.array_library
+                                                     or e.description.framework)
+                   in isa.DISPATCH_ENV]
+    have = isa.machine_levels()
+    native = have[-1] if have else None
+    if "all" in words:
+        wanted = list(have)
+    else:
+        wanted = [native if w == "native" else w for w in words]
+        beyond = [w for w in wanted if w is not None and w not in have]
+        if beyond:
+            raise CLIError(f"--isa: this CPU cannot run {', '.join(beyond)} (torch's levels "
+                           f"here: {', '.join(have) or 'none: torch is not installed'})")
+    lower = [w for w in dict.fromkeys(wanted) if w and w != native] if dispatching else []
+    return native in wanted or not have, lower, dispatching
+
+
+def _level_command(args: argparse.Namespace, level: str, impls: List[str]) -> List[str]:
+    """The `mha-suite check` of one lower level: the dispatching implementations on the
+    families of ISA_FAMILIES (and the run's -k), into the same results file."""
+    k = " or ".join(ISA_FAMILIES)
+    k = f"({k}) and ({args.k})" if getattr(args, "k", None) else k
+    cmd = [sys.executable, "-m", "suite.cli", "check", "--isa", "native", "-k", k,
+           "--timeout", str(getattr(args, "timeout", 0) or 0),
+           "--workers", str(getattr(args, "workers", 0) or 0)]
+    for name in impls:
+        cmd += ["--impl", name]
+    for flag in ("plugin", "device", "dtype", "known_failures"):
+        for value in getattr(args, flag, None) or []:
+            cmd += [f"--{flag.replace('_', '-')}", value]
+    for flag, value in (("json", getattr(args, "json", None)),
+                        ("hypothesis-examples", getattr(args, "hypothesis_examples", None)),
+                        ("repeat", getattr(args, "repeat", None))):
+        if value is not None:
+            cmd += [f"--{flag}", str(value)]
+    if getattr(args, "sample", False):
+        cmd.append("--sample")
+    if getattr(args, "progress", None) is not None:
+        cmd.append("--progress" if args.progress else "--no-progress")
+    return cmd + ["--", *(getattr(args, "pytest_args", None) or [])]
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    """The conformance run: the native level here, each lower level asked for (--isa) in a
+    process of its own, its records beside the native ones in the same results file."""
+    import subprocess
+
+    from suite import isa
+
+    preflight_check(args)
+    native, lower, impls = isa_plan(args)
+    codes = []
+    if native:
+        codes.append(_check_here(args))
+        if codes[-1] == 130:  # interrupted: said, and the finished cases saved
+            return 130
+    for level in lower:
+        print(f"mha-suite check: instruction-set level {level} ({isa.TORCH_ENV}={level}): "
+              f"{', '.join(impls)} on {', '.join(ISA_FAMILIES)}", flush=True)
+        env = {**os.environ, **isa.env_for(level)}
+        try:
+            code = subprocess.run(_level_command(args, level, impls), env=env).returncode
+        except KeyboardInterrupt:
+            return 130
+        if code == 130:
+            return 130
+        codes.append(code)
+    real = [c for c in codes if c != 5]  # 5: nothing collected (a -k that selects nothing)
+    return max(real) if real else (5 if codes else 0)
+
+
+def _check_here(args: argparse.Namespace) -> int:
+    """The conformance run in this process (its native level)."""
     import pytest
 
     from suite.conformance_session import ConformanceSession
 
-    preflight_check(args)
     holder = _SessionOf()
     code = int(pytest.main(conformance_args(args, args.json), plugins=[holder]))
     session = ConformanceSession.of(holder.config) if holder.config is not None else None
@@ -278,6 +365,23 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "auto: one per core, at most one per implementation; 0 = serial)")
 
 
+def _isa_levels(text: str) -> List[str]:
+    from suite import isa
+
+    try:
+        return isa.parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--isa: ")) from None
+
+
+def _add_isa(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--isa", type=_isa_levels, default=["all"], metavar="LEVELS",
+                   help="CPU instruction-set levels to run the implementations on torch at, "
+                        "each in its own process (ATEN_CPU_CAPABILITY): all (default: every "
+                        "level this CPU has), native, or some of default,avx2,avx512; the lower "
+                        f"levels run the families {', '.join(ISA_FAMILIES)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mha-suite", description="Conformance and benchmarks for multi-head attention.")
@@ -302,8 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")
     p.add_argument("--known-failures", action="append", default=[], metavar="FILE",
-                   help="more known-failure lists: a test id glob, '#', the reason, one a line")
+                   help="more known-failure lists: a test id glob, optionally where it holds "
+                        "in braces ({torch<2.5; isa=avx512}), '#', the reason, one a line")
     _add_run_options(p)
+    _add_isa(p)
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
     p.set_defaults(func=cmd_check)
 
@@ -342,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")
     _add_run_options(p)
+    _add_isa(p)
     p.set_defaults(func=cmd_run)
     return parser
 
