@@ -210,7 +210,8 @@ def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
     model_out, model_w = oracle.first_order(p, dtype, fully_masked)
     if nan_query_zero:  # nan_query_rows=zero: those output rows are the output bias
         rows = _nonfinite_query_rows(p)
-        ref_out, model_out = _zero_rows(p, rows, ref_out, np.nan_to_num(model_out))
+        ref_out = _zero_rows(p, rows, ref_out)[0]
+        model_out = np.where(rows, 0.0, model_out)  # the rows' rounding bound: exact zeros
         naive = [(_zero_rows(p, rows, n[0])[0], n[1]) for n in naive]
     if bias_masked_nan:  # bias_masked_rows=nan: those rows' weights, and output rows, are NaN
         rows = _bias_masked_rows(p)  # (B, H, L, 1)

@@ -1,0 +1,121 @@
+"""Instruction-set levels and where declarations hold: suite.where, suite.isa, suite.known,
+``mha-suite check --isa``, and the reproducer of the live torch bug they were built for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from suite import catalog, where
+from suite.check import Outcome, run_problem
+from suite.where import Where, WhereError, lanes, parse, split_line
+from tests.conftest import PLUGINS, ROOT, run_cli
+
+
+def test_lanes_follow_the_vector_width_and_the_accumulator():
+    assert lanes("default", "float32") == 8 and lanes("avx2", "bfloat16") == 8
+    assert lanes("avx512", "float16") == 16 and lanes("avx512", "float64") == 8
+    assert lanes("avx2", "float64") == 4
+    assert lanes(None, "float32") == 16  # unknown level: the widest, covering every level
+
+
+def test_where_text_round_trips_and_bad_text_is_named():
+    w = parse("torch>=2.4,<2.5; isa=avx2|avx512; device=cpu")
+    assert w.versions == {"torch": ">=2.4,<2.5"} and w.isa == {"avx2", "avx512"}
+    assert parse(w.text()) == w
+    assert split_line("test_x[[]a[]]  {torch<2.5}  # why") == ("test_x[[]a[]]", parse("torch<2.5"),
+                                                              "why")
+    assert split_line("test_x  # no condition")[1] is None
+    with pytest.raises(WhereError, match="isa: unknown level"):
+        parse("isa=sse9")
+    with pytest.raises(WhereError, match="expected DIST<specifier>"):
+        parse("torch 2.5")
+
+
+def test_where_holds_only_in_its_environment(monkeypatch):
+    monkeypatch.setattr(where, "installed", lambda dist: {"torch": "2.4.1+cu121"}.get(dist))
+    w = Where(versions={"torch": "<2.5"}, isa=frozenset({"avx512"}), device=frozenset({"cpu"}))
+    assert w.holds("cpu", "avx512")
+    assert not w.holds("cpu", "avx2")  # another level
+    assert not w.holds("cuda:0", "avx512")  # another device
+    assert not Where(versions={"torch": ">=2.5"}).holds("cpu")  # another version
+    assert not Where(versions={"jax": ">=0"}).holds("cpu")  # a library not installed
+
+
+def _run(plugin_class, case_name: str, dtype: str = "float32") -> Outcome:
+    c = catalog.get(*case_name.split("/"))
+    impl = plugin_class()
+    out = Outcome(impl.name, "cpu", dtype, c.family, c.name, c.seed, "pass")
+    return run_problem(impl, out, c.problem())
+
+
+def test_a_known_behaviour_holds_only_under_its_condition_and_checks_the_other_rows(monkeypatch):
+    sys.path.insert(0, str(PLUGINS))
+    from nan_query_zero import ZeroAndShift, ZeroNanQueryRows
+
+    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    short = _run(ZeroNanQueryRows, "lanes/nan_query_S4")  # 4 keys < 8 lanes at avx2
+    assert short.outcome == "known_failure", short.reason
+    assert short.known_used == ["torch-sdpa-nan-query-short-keys"] and short.isa == "avx2"
+    long = _run(ZeroNanQueryRows, "lanes/nan_query_S9")  # 9 keys: past one vector
+    assert long.outcome == "fail" and long.known_held == [], long.reason
+    both = _run(ZeroAndShift, "lanes/nan_query_S4")  # a second bug in the same case
+    assert both.outcome == "fail" and "nor does it follow" in both.reason
+    monkeypatch.setattr(where, "installed", lambda dist: "2.12.0" if dist == "torch" else None)
+    assert _run(ZeroNanQueryRows, "lanes/nan_query_S4").outcome == "fail"  # another release
+
+
+def test_the_lanes_family_crosses_one_and_two_vectors_of_every_dtype():
+    names = {c.name for c in catalog.of_family("lanes")}
+    lengths = {int(n.rsplit("_S", 1)[1]) for n in names if n.startswith("nan_query")}
+    assert {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33} <= lengths
+    for kind in ("nan_query", "fully_masked", "nan_padding"):
+        assert any(n.startswith(kind) for n in names)
+
+
+def _levels() -> list:
+    from suite import isa
+
+    return isa.machine_levels()
+
+
+def test_the_reproducer_shows_the_live_bug_at_every_level_here():
+    pytest.importorskip("torch")
+    levels = _levels()
+    assert levels, "torch reports no CPU level"
+    script = ROOT / "docs" / "repro" / "torch-sdpa-nan-query-short-keys" / "repro.py"
+    for level in levels:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              env={**__import__("os").environ, "ATEN_CPU_CAPABILITY": level},
+                              timeout=300)
+        assert f"CPU capability {level.upper()}" in done.stdout, done.stdout + done.stderr
+        # exit 0: the zeros still show at S = 4 (a fixed torch is reported here, not hidden)
+        assert done.returncode == 0, f"{level}: the reproducer no longer reproduces:\n{done.stdout}"
+
+
+def test_a_bug_at_one_level_fails_only_at_that_level(tmp_path):
+    pytest.importorskip("torch")
+    if "avx2" not in _levels():
+        pytest.skip("this CPU has no avx2 level to compare with")
+    out = tmp_path / "c.json"
+    done = run_cli("check", "--plugin", str(PLUGINS / "isa_bug.py"), "--impl", "bug.isa_default",
+                   "--isa", "default,avx2", "--dtype", "float32", "-k", "masking/none",
+                   "--workers", "0", "--json", str(out))
+    assert done.returncode == 1, done.stdout + done.stderr
+    results = json.loads(out.read_text())["results"]
+    by_level = {r["isa"]: r["outcome"] for r in results if r["case"] == "none"}
+    assert by_level == {"default": "fail", "avx2": "pass"}, by_level
+    assert "instruction-set level default" in done.stdout
+
+
+def test_a_level_above_this_cpu_is_refused_before_any_work(tmp_path):
+    pytest.importorskip("torch")
+    levels = _levels()
+    if "avx512" in levels:
+        pytest.skip("this CPU runs every level")
+    done = run_cli("check", "--impl", "numpy", "--isa", "avx512", "--json", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and "--isa: this CPU cannot run avx512" in done.stderr
+    assert not (tmp_path / "c.json").exists()
