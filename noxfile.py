@@ -6,8 +6,10 @@ torch; the GPU sessions install without it and are not run by default.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import List, Optional, Tuple
 
 import nox
 
@@ -129,12 +131,46 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", env={"PYTHONPATH": str(ROOT)})
 
 
-# compat: the lowest versions pyproject declares, read from its extras (">=" taken as "==").
-COMPAT_EXTRAS = ("jax", "hf", "keras")
-# flax 0.12.8 (its declared minimum) requires jax >= 0.10.0 (its own metadata): the flax
-# built-ins are checked on that jax, in a second step.
-FLAX_JAX = "0.10.0"
+# compat: a version matrix. Every version inside a declared range must work, so each
+# framework is checked at its declared minimum (read from pyproject), at versions in the
+# middle of its range, and at the newest pip installs beside constraints/cpu.txt; one nox
+# session per (framework, version): `nox -s compat` runs them all, `nox -s "compat(hf-5.3.0)"`
+# one. torch stays constraints/cpu.txt's CPU wheel. Each run writes its own results file,
+# RESULTS/compat/<framework>-<installed versions>/conformance*.json, which
+# `mha-suite report RESULTS/compat` merges (its "versions" table: outcomes per library version).
 COMPAT_KNOWN = str(ROOT / "suite" / "conformance" / "known_failures_compat.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompatFramework:
+    extra: str  # the pyproject extra whose requirement declares the range
+    dist: str  # the distribution the range is about
+    impls: Tuple[str, ...]  # the built-ins it provides (--impl globs)
+    # Versions strictly inside the range (chosen by hand: a release where an API the adapters
+    # read changed, or the range's midpoint); empty where the index holds none (said why).
+    middle: Tuple[str, ...]
+    torch: bool = False  # installs torch (constraints/cpu.txt's CPU wheel)
+    backends: Tuple[str, ...] = ("",)  # KERAS_BACKEND per check ("" = not set)
+
+
+COMPAT_FRAMEWORKS = {
+    # jax >= 0.4.30: 0.4.31 brought jax.nn.dot_product_attention (jax.nn unavailable before
+    # it), 0.6.2 is the middle of 0.4.30..0.10.2.
+    "jax": CompatFramework("jax", "jax", ("jax.*",), ("0.4.31", "0.6.2")),
+    # transformers >= 5.0: 5.3.0 is the last release before GPT2Attention kept a `scaling`
+    # attribute (5.4), 5.12.0 the middle of 5.0..5.24.
+    "hf": CompatFramework("hf", "transformers", ("hf.*",), ("5.3.0", "5.12.0"), torch=True),
+    # keras >= 3.15, < 4: the index holds 3.15.0 and 3.15.1 only, so no middle release.
+    "keras": CompatFramework("keras", "keras", ("keras.mha*",), (), torch=True,
+                             backends=("torch", "jax")),
+    # flax >= 0.12.8, < 0.13: 0.12.8 is the only release in the range the index holds (later
+    # 0.12.x need a jax newer than constraints/cpu.txt's); its minimum runs on the lowest jax it
+    # accepts (FLAX_MIN_JAX), its newest on the newest jax.
+    "flax": CompatFramework("flax", "flax", ("flax.*",), ()),
+}
+# flax 0.12.8 (its declared minimum) requires jax >= 0.10.0 (its own metadata).
+FLAX_MIN_JAX = "0.10.0"
+NEWEST = "newest"
 
 
 def declared_minimums(*extras: str) -> list:
@@ -156,17 +192,79 @@ def declared_minimums(*extras: str) -> list:
     return [f"{name}=={version}" for name, version in sorted(pins.items())]
 
 
+def declared_minimum(framework: str) -> str:
+    """The lowest version pyproject declares for ``framework``'s distribution."""
+    fw = COMPAT_FRAMEWORKS[framework]
+    pin = next(p for p in declared_minimums(fw.extra) if p.startswith(f"{fw.dist}=="))
+    return pin.split("==")[1]
+
+
+def compat_matrix() -> List[Tuple[str, str]]:
+    """(framework, version) per compat session: the declared minimum, the middle versions,
+    and NEWEST (whatever pip resolves beside constraints/cpu.txt)."""
+    return [(name, v) for name, fw in COMPAT_FRAMEWORKS.items()
+            for v in (declared_minimum(name), *fw.middle, NEWEST)]
+
+
+def compat_pins(framework: str, version: str) -> List[str]:
+    """What a compat session installs besides mha-suite: ``dist==version`` (jaxlib beside jax;
+    flax's minimum on the lowest jax it accepts), or the extra's own range for NEWEST."""
+    fw = COMPAT_FRAMEWORKS[framework]
+    if version == NEWEST:
+        return []
+    pins = [f"{fw.dist}=={version}"]
+    if fw.dist == "jax":
+        pins.append(f"jaxlib=={version}")
+    if fw.dist == "flax" and version == declared_minimum(framework):
+        pins += [f"jax=={FLAX_MIN_JAX}", f"jaxlib=={FLAX_MIN_JAX}"]
+    return pins
+
+
+def compat_constraints(pins: List[str], out: Path) -> str:
+    """constraints/cpu.txt less the lines about pinned distributions (its jax/flax caps would
+    refuse an older pin; torch's CPU wheel stays), written to ``out``."""
+    import re
+
+    pinned = {p.split("==")[0] for p in pins}
+    lines = [line for line in Path(CPU_CONSTRAINTS).read_text().splitlines()
+             if (m := re.match(r"^\s*([A-Za-z0-9_.-]+)", line)) is None
+             or m.group(1) not in pinned]
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def _installed(session: nox.Session, *dists: str) -> Optional[str]:
+    """``dist-version`` of each installed distribution, joined by "-" (None when the session
+    only installs)."""
+    code = ("import importlib.metadata as m, sys; "
+            "print('-'.join(f'{d}-{m.version(d)}' for d in sys.argv[1:]))")
+    out = session.run("python", "-c", code, *dists, silent=True)
+    return None if out is None else out.strip().splitlines()[-1]
+
+
 @nox.session(default=False)
-def compat(session: nox.Session) -> None:
-    """mha-suite check of the jax, Hugging Face, Keras and flax built-ins at the lowest versions
-    pyproject declares (torch 2.13 CPU); posargs go to each check (e.g. --dtype float32)."""
-    session.install("torch", "-c", CPU_CONSTRAINTS)
-    session.install("-e", ".[dev]", *declared_minimums(*COMPAT_EXTRAS))
-    check = ["mha-suite", "check", "--known-failures", COMPAT_KNOWN,
-             "--json", f"{RESULTS}/compat/conformance.json", *session.posargs]
-    session.run("mha-suite", "list", env={"KERAS_BACKEND": "torch"})
-    session.run(*check, "--impl", "jax.*", "--impl", "hf.*", "--impl", "keras.mha*",
-                env={"KERAS_BACKEND": "torch"})
-    session.run(*check, "--impl", "keras.mha*", env={"KERAS_BACKEND": "jax"})
-    session.install(*declared_minimums("flax"), f"jax=={FLAX_JAX}", f"jaxlib=={FLAX_JAX}")
-    session.run(*check, "--impl", "flax.*")
+@nox.parametrize("framework,version", compat_matrix(),
+                 ids=[f"{f}-{v}" for f, v in compat_matrix()])
+def compat(session: nox.Session, framework: str, version: str) -> None:
+    """mha-suite check of one framework's built-ins at one version of its declared range
+    (torch 2.13 CPU); posargs go to each check (e.g. --dtype float32)."""
+    fw = COMPAT_FRAMEWORKS[framework]
+    pins = compat_pins(framework, version)
+    constraints = (CPU_CONSTRAINTS if not pins else
+                   compat_constraints(pins, Path(session.create_tmp()) / "constraints.txt"))
+    packages = ["torch"] if fw.torch else []
+    if framework == "keras":
+        packages.append("jax")  # its jax backend
+    session.install("-e", f".[{fw.extra}]", "hypothesis>=6.90", *packages, *pins,
+                    "-c", constraints)
+    label = _installed(session, fw.dist, *(["jax"] if framework == "flax" else []))
+    if label is None:  # --install-only
+        return
+    out = Path(RESULTS) / "compat" / label
+    for backend in fw.backends:
+        env = {"KERAS_BACKEND": backend} if backend else {}
+        name = f"conformance-{backend}.json" if backend else "conformance.json"
+        session.run("mha-suite", "list", env=env)
+        session.run("mha-suite", "check", "--known-failures", COMPAT_KNOWN,
+                    "--json", str(out / name), *(a for g in fw.impls for a in ("--impl", g)),
+                    *session.posargs, env=env)

@@ -7,6 +7,7 @@ top-left causal alone uses ``is_causal``. GQA is native: it takes K kv heads.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import List, Sequence
 
 import jax
@@ -28,11 +29,34 @@ JAX_NN_FORMS = frozenset(
        "local_window+kv_lengths", "local_window+causal_flag"})
 
 
+# The keyword of jax.nn.dot_product_attention each form part needs (the others take only its
+# mask, bias and is_causal): jax added them over its releases (the sequence lengths after
+# 0.4.31, local_window_size later), so the forms declared are those the installed
+# signature takes, read from it, never from a version number.
+FORM_KEYWORDS = {"kv_lengths": "key_value_seq_lengths", "q_lengths": "query_seq_lengths",
+                 "local_window": "local_window_size"}
+
+
+def keywords() -> frozenset:
+    """The keyword parameters of the installed jax.nn.dot_product_attention (none: absent)."""
+    fn = getattr(jax.nn, "dot_product_attention", None)
+    if not callable(fn):
+        return frozenset()
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def forms_taken(params: frozenset) -> frozenset:
+    """The forms of ``JAX_NN_FORMS`` whose every part the signature ``params`` takes."""
+    return frozenset(f for f in JAX_NN_FORMS
+                     if all(FORM_KEYWORDS[part] in params
+                            for part in adapters.form_parts(f) if part in FORM_KEYWORDS))
+
+
 class JaxNN(JaxCore):
     name = "jax.nn"
     repeat_kv = False
     implementation = None  # let jax choose ("xla" on CPU)
-    mask_forms = JAX_NN_FORMS
+    mask_forms = forms_taken(keywords())
     deviations = {
         "fully_masked_rows": Deviation(
             "mean_values", "a query row with no key to attend gives the mean of the values "
@@ -85,8 +109,11 @@ def _form_call(q, k, v, mask, kw):
         # A boolean form is its ``mask`` (True = attend); a float form its ``bias``.
         kw["mask" if form.attn.dtype == jnp.bool_ else "bias"] = form.attn
     kw["is_causal"] = "causal_flag" in adapters.form_parts(mask.form_name)
-    kw["key_value_seq_lengths"] = form.kv_lengths
-    kw["query_seq_lengths"] = form.q_lengths
+    # Only the keywords the form has: a jax before them takes no such keyword at all.
+    if form.kv_lengths is not None:
+        kw["key_value_seq_lengths"] = form.kv_lengths
+    if form.q_lengths is not None:
+        kw["query_seq_lengths"] = form.q_lengths
     if form.window is not None:
         kw["local_window_size"] = form.window  # (left, right), Python ints
     out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, L, H, D)
