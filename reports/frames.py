@@ -32,7 +32,7 @@ SWEEP_COLUMNS = [
 CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version", "device",
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",
-    "k", "atol", "reason"]
+    "k", "atol", "reason", "isa"]
 # What identifies a point: the same point from two files of one machine is a rerun.
 POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "E", "D",
               "mask", "grad"]
@@ -106,8 +106,9 @@ def conformance_frame(docs: List[Document]) -> pd.DataFrame:
         df[c] = df[c].map(_float).astype(float)
     # A rerun at the same library version replaces a case; another version is another
     # environment (a compat matrix merges several into one report), kept beside it.
-    df = _newest(df, ["machine", "impl", "framework_version", "device", "dtype", "test_id"],
-                 "created")
+    # Each CPU instruction-set level (suite.isa) is its own verdict, kept beside the others.
+    df = _newest(df, ["machine", "impl", "framework_version", "device", "isa", "dtype",
+                      "test_id"], "created")
     return df.reset_index(drop=True)
 
 

@@ -241,7 +241,10 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
     if conf.empty:
         return {"families": [], "rows": [], "groups": []}
     styles = styles_or_own(styles, list(zip(conf["impl"], conf["framework"])))
-    conf = conf.assign(where=conf["device"].astype(str) + " " + conf["dtype"].astype(str))
+    # where a case ran: the device, with the CPU level its library dispatched to (suite.isa)
+    level = conf["isa"].map(lambda x: f"[{x}]" if isinstance(x, str) and x else "") \
+        if "isa" in conf else ""
+    conf = conf.assign(where=conf["device"].astype(str) + level + " " + conf["dtype"].astype(str))
     multi = conf["machine"].nunique() > 1
     families = sorted(conf["family"].dropna().unique())
     rows = []

@@ -72,6 +72,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         if e.source != "builtin":
             line += f"  ({e.source})"
         print(line)
+    from suite import isa
+
+    if any(e.description is not None and (e.description.array_library
+                                          or e.description.framework) in isa.DISPATCH_ENV
+           for e in entries):
+        levels = isa.machine_levels()
+        print(f"CPU instruction-set levels torch dispatches to here: {', '.join(levels) or 'none'}"
+              f" (native {levels[-1] if levels else 'unknown'}); mha-suite check runs the "
+              "implementations on torch at each (--isa)")
     return 0
 
 

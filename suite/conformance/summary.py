@@ -29,7 +29,8 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
     families = sorted({r["family"] for r in records})
     rows: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for r in records:  # a kernel run by its interpreter says so in its row
-        label = r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "")
+        label = r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "") \
+            + (f" @{r['isa']}" if r.get("isa") else "")  # the CPU level its library ran
         rows[label][r["family"]][r["outcome"]] += 1
     width = max(len("implementation"), *(len(k) for k in rows))
     widths = [max(len(f), *(len(cell(rows[i][f])) for i in rows)) for f in families]
