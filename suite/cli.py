@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from suite import registry
+from suite.plugin import declared
 from suite.problem import InputError
 from suite.records import ResultsError
 from suite.selection import PLUGIN_OPTION, add_impl_plugin
@@ -184,14 +185,19 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     if words == ["native"]:
         return True, [], []
     reg = _registry(args)
+    # On torch's CPU kernels: not a per-shape compiler (inductor generates its own code, and
+    # a compile per shape at every level costs minutes) nor an interpreted kernel.
     dispatching = [e.name for e in reg.select(args.impl or None, available_only=True)
                    if e.description is not None and (e.description.array_library
                                                      or e.description.framework)
-                   in isa.DISPATCH_ENV]
+                   in isa.DISPATCH_ENV and "cpu" in e.description.devices
+                   and not declared(e.impl, "compiles_per_shape")]
     have = isa.machine_levels()
     native = have[-1] if have else None
     if "all" in words:
         wanted = list(have)
+    elif words == ["lower"]:
+        wanted = list(have[:-1])
     else:
         wanted = [native if w == "native" else w for w in words]
         beyond = [w for w in wanted if w is not None and w not in have]
@@ -199,7 +205,7 @@ def isa_plan(args: argparse.Namespace) -> tuple:
             raise CLIError(f"--isa: this CPU cannot run {', '.join(beyond)} (torch's levels "
                            f"here: {', '.join(have) or 'none: torch is not installed'})")
     lower = [w for w in dict.fromkeys(wanted) if w and w != native] if dispatching else []
-    return native in wanted or not have, lower, dispatching
+    return (native in wanted or not have) and words != ["lower"], lower, dispatching
 
 
 def _level_command(args: argparse.Namespace, level: str, impls: List[str]) -> List[str]:
@@ -387,8 +393,9 @@ def _add_isa(p: argparse.ArgumentParser) -> None:
     p.add_argument("--isa", type=_isa_levels, default=["all"], metavar="LEVELS",
                    help="CPU instruction-set levels to run the implementations on torch at, "
                         "each in its own process (ATEN_CPU_CAPABILITY): all (default: every "
-                        "level this CPU has), native, or some of default,avx2,avx512; the lower "
-                        f"levels run the families {', '.join(ISA_FAMILIES)}")
+                        "level this CPU has), native, lower (all but the native one), or some "
+                        "of default,avx2,avx512; the lower levels run the families "
+                        f"{', '.join(ISA_FAMILIES)}, without the per-shape compilers")
 
 
 def build_parser() -> argparse.ArgumentParser:

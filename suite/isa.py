@@ -70,15 +70,19 @@ def machine_levels() -> List[str]:
     return list(ISA_LEVELS[:ISA_LEVELS.index(native) + 1])
 
 
+WORDS = ("all", "native", "lower")
+
+
 def parse_levels(text: str) -> List[str]:
-    """--isa's value: ``all`` (every level here), ``native``, or levels joined by commas."""
+    """--isa's value: ``all`` (every level here), ``native``, ``lower`` (every level below
+    the native one), or levels joined by commas."""
     words = [w.strip().lower() for w in text.split(",") if w.strip()]
     if not words:
-        raise ValueError("--isa: expected all, native or levels such as default,avx2")
-    bad = [w for w in words if w not in (*ISA_LEVELS, "all", "native")]
+        raise ValueError("--isa: expected all, native, lower or levels such as default,avx2")
+    bad = [w for w in words if w not in (*ISA_LEVELS, *WORDS)]
     if bad:
-        raise ValueError(f"--isa: unknown level(s) {', '.join(bad)}; expected all, native or "
-                         f"some of {', '.join(ISA_LEVELS)}")
+        raise ValueError(f"--isa: unknown level(s) {', '.join(bad)}; expected all, native, "
+                         f"lower or some of {', '.join(ISA_LEVELS)}")
     return words
 
 
