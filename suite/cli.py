@@ -173,6 +173,7 @@ class _SessionOf:
 # The families every lower instruction-set level runs (suite.isa): where a vector loop's tail,
 # a NaN or a row with no key meets a kernel the level changes. The native level runs all.
 ISA_FAMILIES = ("lanes", "special_values", "masking", "tiles")
+ISA_ENV = "MHA_SUITE_ISA"  # --isa's default where the option is not given
 
 
 def isa_plan(args: argparse.Namespace) -> tuple:
@@ -390,12 +391,14 @@ def _isa_levels(text: str) -> List[str]:
 
 
 def _add_isa(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--isa", type=_isa_levels, default=["all"], metavar="LEVELS",
+    p.add_argument("--isa", type=_isa_levels, metavar="LEVELS",
+                   default=_isa_levels(os.environ.get(ISA_ENV) or "all"),
                    help="CPU instruction-set levels to run the implementations on torch at, "
-                        "each in its own process (ATEN_CPU_CAPABILITY): all (default: every "
-                        "level this CPU has), native, lower (all but the native one), or some "
-                        "of default,avx2,avx512; the lower levels run the families "
-                        f"{', '.join(ISA_FAMILIES)}, without the per-shape compilers")
+                        "each in its own process (ATEN_CPU_CAPABILITY): all (every level this "
+                        "CPU has), native, lower (all but the native one), or some of "
+                        f"default,avx2,avx512; default ${ISA_ENV}, else all; the lower levels "
+                        f"run the families {', '.join(ISA_FAMILIES)}, without the per-shape "
+                        "compilers")
 
 
 def build_parser() -> argparse.ArgumentParser:
