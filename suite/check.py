@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from suite import oracle
+from suite import diagnose, oracle
 from suite.agreement import Comparison, compare
 from suite.known import applicable as known_behaviours
 from suite.outputs import check_output
@@ -60,6 +60,9 @@ class Outcome:
     isa: Optional[str] = None
     known_held: List[str] = dataclasses.field(default_factory=list)
     known_used: List[str] = dataclasses.field(default_factory=list)
+    # The rows a failing comparison with the spec broke, by kind (suite.diagnose.classify),
+    # per comparison ("output", "weights"); None when the spec's answer came out.
+    bad_rows: Optional[Dict[str, dict]] = None
 
     def worst(self) -> Optional[Comparison]:
         """The comparison closest to (or furthest past) its bound."""
@@ -82,7 +85,7 @@ class Outcome:
             "k": w.k if w else None, "atol": w.atol if w else None, "reason": self.reason,
             "behaviours": list(self.behaviours), "policies_used": list(self.policies_used),
             "isa": self.isa, "known_held": list(self.known_held),
-            "known_used": list(self.known_used),
+            "known_used": list(self.known_used), "bad_rows": self.bad_rows,
         }
 
 
@@ -269,7 +272,7 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     declared: Dict[str, Deviation] = {b: policies[b] for b in exhibited if b in policies
                                       and policies[b].where.holds_for(p, dtype, isa)}
     known = [kb for kb in held if kb.behaviour not in declared]
-    spec = "; ".join(c.describe() for c in failed) + _where(failed[0], res, p)
+    spec = "; ".join(c.describe() for c in failed) + _where(failed, res, p, out)
     if not declared and not known:
         return out.classify("fail", spec)
     policy_of = {**{kb.behaviour: kb.policy for kb in known},
@@ -338,13 +341,29 @@ def merge_repeats(runs: Sequence[Outcome]) -> Outcome:
     return merged
 
 
-def _where(c: Comparison, res: Result, p: Problem) -> str:
-    if c.what != "output":
-        return ""
-    ref = oracle.oracle(p)[0]
+def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> str:
+    """Where the failing comparisons with the spec went wrong: the worst output entry, and
+    the bad rows of each comparison by kind (suite.diagnose), which also go in
+    ``out.bad_rows``."""
+    text = ""
+    ref, ref_w = oracle.oracle(p)
     got = np.asarray(res.output, dtype=np.float64)
-    if got.shape != ref.shape:
-        return ""
-    diff = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
-    b, l, e = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    return f"; worst at (b={b}, l={l}, e={e}): got {got[b, l, e]:.6g}, expected {ref[b, l, e]:.6g}"
+    if failed[0].what == "output" and got.shape == ref.shape:
+        diff = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
+        b, l, e = np.unravel_index(int(np.argmax(diff)), diff.shape)
+        text = f"; worst at (b={b}, l={l}, e={e}): got {got[b, l, e]:.6g}, expected {ref[b, l, e]:.6g}"
+    allowed, bad_kv = _allowed(p), _nonfinite_kv(p)
+    bad_q = _nonfinite_query_rows(p)[..., 0]
+    found = {}
+    for c in failed:
+        if c.what == "output":
+            rows = diagnose.row_context(allowed, bad_kv, bad_q, heads=False)
+            found[c.what] = diagnose.classify(got, ref, c.bound, rows)
+        elif c.what == "weights" and res.attn_weights is not None:
+            got_w, want_w = _nan_weight_rows(np.asarray(res.attn_weights, np.float64), ref_w,
+                                             np.zeros(ref_w.shape[:-1] + (1,), bool))
+            rows = diagnose.row_context(allowed, bad_kv, bad_q, heads=True)
+            found[c.what] = diagnose.classify(got_w, want_w, c.bound, rows)
+    out.bad_rows = {k: v for k, v in found.items() if v} or None
+    said = [diagnose.describe(k, v) for k, v in (out.bad_rows or {}).items()]
+    return text + "".join(f"; {s}" for s in said if s)
