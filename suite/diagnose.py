@@ -7,8 +7,9 @@ the rule is sorted twice:
 - what went wrong (the worst of its entries): ``nan`` (NaN where the reference is a
   number), ``inf`` (+-inf there), ``not_nan`` (a number where the reference is NaN: the row
   reads a NaN) or ``wrong`` (finite, off by more than the comparison's bound);
-- where it is: ``no_keys`` (the mask leaves it no key to attend), or a row with keys to
-  attend that ``nan_query`` (holds a NaN/inf query), ``nan_kv`` (attends a NaN/inf key or
+- where it is: ``no_keys`` (the mask leaves it no key to attend), ``head_no_keys`` (an
+  output row some of whose heads have no key: those heads' part of it is keyless), or a row
+  with keys to attend that ``nan_query`` (holds a NaN/inf query), ``nan_kv`` (attends a NaN/inf key or
   value), ``beside_nan`` (finite inputs, but keys it may not attend hold NaN/inf),
   ``masked`` (some keys masked) or ``unmasked`` (every key visible), the first that applies.
 
@@ -26,7 +27,7 @@ from typing import Dict, Optional
 import numpy as np
 
 WHAT = ("nan", "inf", "not_nan", "wrong")  # worst first: a row counts once, as its worst
-WHERE = ("no_keys", "nan_query", "nan_kv", "beside_nan", "masked", "unmasked")
+WHERE = ("no_keys", "head_no_keys", "nan_query", "nan_kv", "beside_nan", "masked", "unmasked")
 WHAT_TEXT = {"nan": "NaN", "inf": "inf", "not_nan": "a number where NaN is due",
              "wrong": "finite but wrong"}
 WHERE_TEXT = {"nan_query": "with a NaN/inf query", "nan_kv": "reading a NaN/inf key or value",
@@ -48,13 +49,16 @@ def row_context(allowed: np.ndarray, bad_kv: np.ndarray, bad_query: np.ndarray,
     beside = (~allowed & kv).any(-1)
     partial = ~allowed.all(-1)
     nan_q = np.broadcast_to(np.asarray(bad_query, bool)[:, None, :], has_key.shape)
+    some_keyless = np.zeros(has_key.shape, bool)
     if not heads:  # an output row: over its heads
+        some_keyless = (~has_key).any(1)
         has_key, reads, beside, partial, nan_q = (
             a.any(1) for a in (has_key, reads, beside, partial, nan_q))
     where = np.full(has_key.shape, WHERE.index("unmasked"))
     # The first that applies wins: assign from the last to the first.
     for name, cond in (("masked", partial), ("beside_nan", beside), ("nan_kv", reads),
-                       ("nan_query", nan_q), ("no_keys", ~has_key)):
+                       ("nan_query", nan_q), ("head_no_keys", some_keyless),
+                       ("no_keys", ~has_key)):
         where = np.where(cond, WHERE.index(name), where)
     return where
 
@@ -104,12 +108,14 @@ def describe(name: str, found: Optional[Dict[str, object]]) -> str:
         counts = found.get(what)
         if not counts:
             continue
-        no_keys = counts.get("no_keys", 0)
-        keyed = {w: n for w, n in counts.items() if w != "no_keys"}
+        no_keys = counts.get("no_keys", 0) + counts.get("head_no_keys", 0)
+        keyed = {w: n for w, n in counts.items() if w not in ("no_keys", "head_no_keys")}
         with_keys = sum(keyed.values())
         kinds = ", ".join(f"{n} {WHERE_TEXT[w]}" for w, n in keyed.items())
         keys_text = f"{with_keys} with keys to attend: {kinds}" if with_keys else \
             "none with keys to attend"
+        some = counts.get("head_no_keys", 0)
+        some_text = f", {some} of them in some heads only" if some else ""
         parts.append(f"{with_keys + no_keys} {WHAT_TEXT[what]} ({keys_text}; "
-                     f"{no_keys or 'none'} with no key to attend)")
+                     f"{no_keys or 'none'} with no key to attend{some_text})")
     return f"bad {name} rows: {found['bad']} of {found['rows']}: " + "; ".join(parts)

@@ -185,12 +185,24 @@ def test_row_context_precedence(heads):
                      "unmasked", "masked", "unmasked", "unmasked"]
 
 
-def test_an_output_row_has_a_key_when_any_head_has_one():
+def test_an_output_row_with_a_keyless_head_is_told_from_rows_with_keys():
     allowed = np.ones((1, 2, 2, 3), bool)
     allowed[0, 0, 0] = False  # row 0: head 0 has no key, head 1 every key
     allowed[0, :, 1] = False  # row 1: no head has a key
     none = np.zeros((1, 3), bool)
     rows = diagnose.row_context(allowed, none, np.zeros((1, 2), bool), heads=False)
-    assert [diagnose.WHERE[i] for i in rows[0]] == ["masked", "no_keys"]
+    assert [diagnose.WHERE[i] for i in rows[0]] == ["head_no_keys", "no_keys"]
     per_head = diagnose.row_context(allowed, none, np.zeros((1, 2), bool), heads=True)
     assert [diagnose.WHERE[i] for i in per_head[0, :, 0]] == ["no_keys", "unmasked"]
+
+
+def test_nan_from_one_keyless_head_counts_with_the_keyless_rows():
+    """A head with no key that gives NaN poisons its output row: the row reads as keyless in
+    some heads, not as a row with keys to attend."""
+    allowed = np.ones((B, H, L, S), bool)
+    allowed[1, 0, 4] = False  # batch 1 row 4: head 0 has no key, head 1 every key
+    p = make_problem(13, B, L, S, E, H, mask=Mask(allowed=allowed))
+    o = judged(p, lambda out: out.__setitem__((1, 4), np.nan))
+    assert o.bad_rows["output"] == {"rows": 12, "bad": 1, "nan": {"head_no_keys": 1}}
+    assert ("1 NaN (none with keys to attend; 1 with no key to attend, 1 of them in some "
+            "heads only)") in o.reason
