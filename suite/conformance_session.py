@@ -318,7 +318,7 @@ class ConformanceSession:
             self.bar.stop()
         if not self.records:
             return
-        from suite.conformance.summary import matrix_lines, stale_lines
+        from suite.conformance.summary import matrix_lines, stale_known_lines, stale_lines
 
         unused = set(self.known) - self.used
         filtered = config.option.keyword or any(
@@ -328,6 +328,9 @@ class ConformanceSession:
                 terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
         for line in stale_lines(self.records, config, self.left):
             terminalreporter.write_line(line)
+        if not filtered and not self.interrupted:  # a narrowed run may leave out its cases
+            for line in stale_known_lines(self.records):
+                terminalreporter.write_line(line)
         for line in matrix_lines(self.records, config):
             terminalreporter.write_line(line)
         from suite.sample import left_line

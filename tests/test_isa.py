@@ -119,3 +119,15 @@ def test_a_level_above_this_cpu_is_refused_before_any_work(tmp_path):
     done = run_cli("check", "--impl", "numpy", "--isa", "avx512", "--json", str(tmp_path / "c.json"))
     assert done.returncode == 2 and "--isa: this CPU cannot run avx512" in done.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_known_behaviour_no_case_needed_is_reported():
+    from suite.conformance.summary import stale_known_lines
+
+    held = {"known_held": ["torch-sdpa-nan-query-short-keys"], "known_used": []}
+    used = {"known_held": ["torch-sdpa-nan-query-short-keys"],
+            "known_used": ["torch-sdpa-nan-query-short-keys"]}
+    assert stale_known_lines([held, held]) == [
+        "warning: known behaviour torch-sdpa-nan-query-short-keys held in 2 cases of this run "
+        "and none showed it (fixed here? narrow its where in suite/known.py)"]
+    assert stale_known_lines([held, used]) == []

@@ -13,7 +13,9 @@ from suite.plugin import Deviation
 
 def test_behaviours_are_read_from_the_special_problems():
     sv = {c.name: check.behaviours(c.problem()) for c in by_family()["special_values"]}
-    assert sv["nan_query"] == [] and sv["inf_bias_entry"] == []
+    # A non-finite query row is a declarable behaviour (nan_query_rows); a +inf bias is not.
+    assert sv["nan_query"] == sv["inf_query"] == ["nan_query_rows"]
+    assert sv["inf_bias_entry"] == [] and sv["huge_values"] == []
     # Causal: the NaN / inf key or value is masked for the rows above it.
     assert sv["nan_key_causal"] == sv["nan_value_causal"] == ["nan_padding"]
     assert sv["neg_inf_bias_rows"] == ["fully_masked_rows", "bias_masked_rows"]

@@ -101,6 +101,20 @@ def stale_lines(records: List[dict], config,
             for impl, bs in stale_declarations(records, declared).items() for b in bs]
 
 
+def stale_known_lines(records: Iterable[dict]) -> List[str]:
+    """Warnings for known library behaviours (suite.known) whose conditions held in some case
+    of this run and that no case needed: the library may be fixed (the behaviour stays
+    declared until someone narrows its ``where``, but the run says so)."""
+    held: Counter = Counter()
+    used: set = set()
+    for r in records:
+        held.update(r.get("known_held") or ())
+        used.update(r.get("known_used") or ())
+    return [f"warning: known behaviour {name} held in {n} cases of this run and none showed "
+            "it (fixed here? narrow its where in suite/known.py)"
+            for name, n in sorted(held.items()) if name not in used]
+
+
 def _in(label: str) -> str:
     """' in float16' for a per-dtype label ``behaviour[float16]``, else ''."""
     return f" in {label.rstrip(']').partition('[')[2]}" if "[" in label else ""
