@@ -30,7 +30,8 @@ SWEEP_COLUMNS = [
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
     "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason", "noisy"]
 CONFORMANCE_COLUMNS = [
-    "machine", "source", "created", "commit", "impl", "framework", "framework_version", "device",
+    "machine", "source", "created", "commit", "impl", "framework", "framework_version",
+    "libraries", "device",
     "dtype", "family", "case", "test_id", "seed", "outcome", "err", "err_naive", "bound", "ratio",
     "k", "atol", "reason", "isa"]
 # What identifies a point: the same point from two files of one machine is a rerun.
@@ -54,10 +55,18 @@ def _sweep_rows(d: Document, machine: str) -> List[dict]:
     return rows
 
 
+# The recorded libraries whose versions make an environment (the array libraries kernels run
+# on); the suite's own tools and the report's libraries do not.
+ENVIRONMENT_LIBRARIES = ("numpy", "torch", "jax", "jaxlib")
+
+
 def _conformance_rows(d: Document, machine: str) -> List[dict]:
     facts = records.run_facts(d)
+    libs = facts["extra"].get("libraries") or {}
+    libraries = "; ".join(f"{n} {libs[n]}" for n in ENVIRONMENT_LIBRARIES if libs.get(n))
     return [{**r, "machine": machine, "source": str(d.path), "created": facts["datetime"],
-             "commit": facts["commit"]} for r in records.conformance_rows(d)]
+             "commit": facts["commit"], "libraries": libraries}
+            for r in records.conformance_rows(d)]
 
 
 def _float(x: Any) -> float:
@@ -104,11 +113,12 @@ def conformance_frame(docs: List[Document]) -> pd.DataFrame:
     df = pd.DataFrame(rows).reindex(columns=CONFORMANCE_COLUMNS)
     for c in ("err", "err_naive", "bound", "ratio", "k", "atol"):
         df[c] = df[c].map(_float).astype(float)
-    # A rerun at the same library version replaces a case; another version is another
-    # environment (a compat matrix merges several into one report), kept beside it.
+    # A rerun at the same library versions replaces a case; another version (of the
+    # framework or of the array library under it) is another environment (a compat matrix
+    # merges several into one report), kept beside it.
     # Each CPU instruction-set level (suite.isa) is its own verdict, kept beside the others.
-    df = _newest(df, ["machine", "impl", "framework_version", "device", "isa", "dtype",
-                      "test_id"], "created")
+    df = _newest(df, ["machine", "impl", "framework_version", "libraries", "device", "isa",
+                      "dtype", "test_id"], "created")
     return df.reset_index(drop=True)
 
 

@@ -166,25 +166,51 @@ def _declared(d: Any) -> str:
 
 
 # --- conformance ---------------------------------------------------------------------------
+def _environment(conf: pd.DataFrame) -> pd.Series:
+    """Per row: its framework version and the array libraries' versions of its file."""
+    return (conf["framework_version"].fillna("?").astype(str) + " | "
+            + conf["libraries"].fillna("").astype(str))
+
+
 def several_versions(conf: pd.DataFrame) -> pd.Series:
     """Per row: whether its machine checked its implementation at more than one library
     version (a compat matrix merged into one report)."""
     if conf.empty:
         return pd.Series(False, index=conf.index)
-    return conf.groupby(["machine", "impl"])["framework_version"].transform("nunique") > 1
+    env = conf.assign(_env=_environment(conf))
+    return env.groupby(["machine", "impl"])["_env"].transform("nunique") > 1
+
+
+def _library_versions(text: Any) -> Dict[str, str]:
+    return dict(part.split(" ", 1) for part in str(text or "").split("; ") if " " in part)
+
+
+def version_labels(conf: pd.DataFrame) -> pd.Series:
+    """Per row: "framework version", with the array libraries whose versions differ between
+    the runs of its implementation on its machine ("flax 0.12.8 on jax 0.10.0")."""
+    label = (conf["framework"].fillna("").astype(str) + " "
+             + conf["framework_version"].fillna("?").astype(str))
+    for _, g in conf.groupby(["machine", "impl"]):
+        libs = {i: _library_versions(t) for i, t in g["libraries"].items()}
+        names = sorted({n for d in libs.values() for n in d})
+        varying = [n for n in names if len({d.get(n) for d in libs.values()}) > 1]
+        if varying:
+            for i, d in libs.items():
+                label[i] += " on " + ", ".join(f"{n} {d.get(n, '-')}" for n in varying)
+    return label
 
 
 def by_version(conf: pd.DataFrame) -> pd.DataFrame:
-    """The rows with the library version added to the machine's name where one machine checked
-    an implementation at several versions: each version is then a row of its own in the
-    matrix and the headline (a verdict belongs to an implementation in an environment)."""
+    """The rows with the library versions added to the machine's name where one machine
+    checked an implementation at several (``version_labels``): each version is then a row of
+    its own in the matrix and the headline (a verdict belongs to an implementation in an
+    environment)."""
     several = several_versions(conf)
     if not several.any():
         return conf
     conf = conf.copy()
-    conf.loc[several, "machine"] = (conf["machine"].astype(str) + ", "
-                                    + conf["framework"].fillna("").astype(str) + " "
-                                    + conf["framework_version"].fillna("?").astype(str))[several]
+    labels = version_labels(conf)
+    conf.loc[several, "machine"] = (conf["machine"].astype(str) + ", " + labels)[several]
     return conf
 
 
@@ -196,16 +222,16 @@ def versions(conf: pd.DataFrame) -> List[Dict[str, Any]]:
     if not several.any():
         return []
     multi = conf["machine"].nunique() > 1
+    conf = conf.assign(_label=version_labels(conf))
     rows = []
-    keys = ["impl", "framework", "framework_version", "machine"]
-    for (impl, framework, version, machine), g in conf[several].groupby(keys, dropna=False):
+    for (impl, machine, label), g in conf[several].groupby(["impl", "machine", "_label"]):
         counts = g["outcome"].where(g["outcome"].isin(OUTCOME_ORDER), "error").value_counts()
         worst = next((o for o in OUTCOME_ORDER if counts.get(o) and o != "unsupported"),
                      "unsupported")
         rows.append({"impl": impl, "machine": machine if multi else "",
-                     "version": f"{framework} {version}", "outcome": worst,
+                     "version": label, "outcome": worst,
                      "counts": {o: int(counts.get(o, 0)) for o in OUTCOME_ORDER},
-                     "_key": (impl, str(machine), _version_key(str(version)))})
+                     "_key": (impl, str(machine), _version_key(label.split(" ", 1)[-1]))})
     rows.sort(key=lambda r: r.pop("_key"))
     return rows
 

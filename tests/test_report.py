@@ -528,3 +528,25 @@ def test_a_version_matrix_keeps_each_version_apart(tmp_path):
 def test_one_version_per_implementation_shows_no_versions_table(tmp_path):
     soup = _soup(build_report([FIXTURES / "real"], tmp_path / "r.html"))
     assert soup.find(id="versions") is None
+
+
+def test_one_framework_version_on_two_array_library_versions_stays_apart(tmp_path):
+    # flax 0.12.8 on jax 0.10.0 and on jax 0.10.2 (`nox -s compat`'s flax minimum and newest):
+    # the framework's version is the same, the environment is not.
+    src = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    for name, jax, created, fail in (("old", "0.10.0", "2026-11-22T12:00:00+00:00", "masking/none"),
+                                     ("new", "0.10.2", "2026-11-22T13:00:00+00:00", "")):
+        doc = _at_version(src, "jax.nn", "0.12.8", created, fail_case=fail)
+        doc["machine"]["libraries"].update(jax=jax, jaxlib=jax)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "conformance.json").write_text(json.dumps(doc))
+    soup = _soup(build_report([tmp_path / "old", tmp_path / "new"], tmp_path / "r.html"))
+    table = soup.find(id="versions").find_next("table")
+    header = [th.get_text(strip=True) for th in table.find("tr").find_all("th")]
+    rows = {r["library version"]: r for r in (
+        dict(zip(header, (td.get_text(strip=True) for td in tr.find_all("td"))))
+        for tr in table.find_all("tr")[1:]) if r["implementation"] == "jax.nn"}
+    assert set(rows) == {"jax 0.12.8 on jax 0.10.0, jaxlib 0.10.0",
+                         "jax 0.12.8 on jax 0.10.2, jaxlib 0.10.2"}
+    assert rows["jax 0.12.8 on jax 0.10.0, jaxlib 0.10.0"]["fail"] == "1"
+    assert rows["jax 0.12.8 on jax 0.10.2, jaxlib 0.10.2"]["fail"] == "0"
