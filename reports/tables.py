@@ -193,7 +193,11 @@ def version_labels(conf: pd.DataFrame) -> pd.Series:
     for _, g in conf.groupby(["machine", "impl"]):
         libs = {i: _library_versions(t) for i, t in g["libraries"].items()}
         names = sorted({n for d in libs.values() for n in d})
-        varying = [n for n in names if len({d.get(n) for d in libs.values()}) > 1]
+        # the libraries whose versions differ, less those that follow the framework's own
+        # version (jax.nn's jax and jaxlib): "jax 0.6.2", not "jax 0.6.2 on jax 0.6.2"
+        own = g["framework_version"].astype(str)
+        varying = [n for n in names if len({d.get(n) for d in libs.values()}) > 1
+                   and not all(libs[i].get(n) == own[i] for i in libs)]
         if varying:
             for i, d in libs.items():
                 label[i] += " on " + ", ".join(f"{n} {d.get(n, '-')}" for n in varying)
