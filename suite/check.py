@@ -254,9 +254,10 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     """Classify result ``res`` of problem ``p``: the spec first, then any declared policy."""
     dtype = out.dtype
     with_weights = "weights" in getattr(impl, "features", ())
-    out.behaviours = sorted(set(out.behaviours) | set(behaviours(p)))
+    exhibited = behaviours(p)
+    out.behaviours = sorted(set(out.behaviours) | set(exhibited))
     out.isa = isa = implementation_isa(impl, out.device)
-    held = known_behaviours(impl, p, dtype, out.device, isa, behaviours(p))
+    held = known_behaviours(impl, p, dtype, out.device, isa, exhibited)
     out.known_held = sorted(set(out.known_held) | {kb.name for kb in held})
     try:
         out.comparisons = _comparisons(p, res, dtype, with_weights)
@@ -265,7 +266,6 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     failed = [c for c in out.comparisons if not c.passed]
     if not failed:
         return out.classify("pass", out.reason)
-    exhibited = behaviours(p)
     # A declaration holds where its ``where`` says (versions, level, device, problems): a
     # per-dtype one in its dtype only; elsewhere the spec's answer is required.
     policies = deviations_for(impl, dtype, out.device, isa)

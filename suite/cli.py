@@ -75,9 +75,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(line)
     from suite import isa
 
-    if any(e.description is not None and (e.description.array_library
-                                          or e.description.framework) in isa.DISPATCH_ENV
-           for e in entries):
+    if any(isa.dispatches(e.description) for e in entries):
         levels = isa.machine_levels()
         print(f"CPU instruction-set levels torch dispatches to here: {', '.join(levels) or 'none'}"
               f" (native {levels[-1] if levels else 'unknown'}); mha-suite check runs the "
@@ -189,9 +187,7 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     # On torch's CPU kernels: not a per-shape compiler (inductor generates its own code, and
     # a compile per shape at every level costs minutes) nor an interpreted kernel.
     dispatching = [e.name for e in reg.select(args.impl or None, available_only=True)
-                   if e.description is not None and (e.description.array_library
-                                                     or e.description.framework)
-                   in isa.DISPATCH_ENV and "cpu" in e.description.devices
+                   if isa.dispatches(e.description) and "cpu" in e.description.devices
                    and not declared(e.impl, "compiles_per_shape")]
     have = isa.machine_levels()
     native = have[-1] if have else None
@@ -209,29 +205,14 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     return (native in wanted or not have) and words != ["lower"], lower, dispatching
 
 
-def _level_command(args: argparse.Namespace, level: str, impls: List[str]) -> List[str]:
-    """The `mha-suite check` of one lower level: the dispatching implementations on the
-    families of ISA_FAMILIES (and the run's -k), into the same results file."""
+def _level_command(args: argparse.Namespace, impls: List[str]) -> List[str]:
+    """The pytest run of one lower level: the run's own conformance arguments, narrowed to
+    the dispatching implementations and the families of ISA_FAMILIES (and the run's -k),
+    into the same results file."""
     k = " or ".join(ISA_FAMILIES)
     k = f"({k}) and ({args.k})" if getattr(args, "k", None) else k
-    cmd = [sys.executable, "-m", "suite.cli", "check", "--isa", "native", "-k", k,
-           "--timeout", str(getattr(args, "timeout", 0) or 0),
-           "--workers", str(getattr(args, "workers", 0) or 0)]
-    for name in impls:
-        cmd += ["--impl", name]
-    for flag in ("plugin", "device", "dtype", "known_failures"):
-        for value in getattr(args, flag, None) or []:
-            cmd += [f"--{flag.replace('_', '-')}", value]
-    for flag, value in (("json", getattr(args, "json", None)),
-                        ("hypothesis-examples", getattr(args, "hypothesis_examples", None)),
-                        ("repeat", getattr(args, "repeat", None))):
-        if value is not None:
-            cmd += [f"--{flag}", str(value)]
-    if getattr(args, "sample", False):
-        cmd.append("--sample")
-    if getattr(args, "progress", None) is not None:
-        cmd.append("--progress" if args.progress else "--no-progress")
-    return cmd + ["--", *(getattr(args, "pytest_args", None) or [])]
+    level_args = argparse.Namespace(**{**vars(args), "impl": impls, "k": k})
+    return [sys.executable, "-m", "pytest", *conformance_args(level_args, getattr(args, "json", None))]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -253,10 +234,10 @@ def cmd_check(args: argparse.Namespace) -> int:
               f"{', '.join(impls)} on {', '.join(ISA_FAMILIES)}", flush=True)
         env = {**os.environ, **isa.env_for(level)}
         try:
-            code = subprocess.run(_level_command(args, level, impls), env=env).returncode
+            code = subprocess.run(_level_command(args, impls), env=env).returncode
         except KeyboardInterrupt:
             return 130
-        if code == 130:
+        if code == 2:  # pytest's "interrupted": said, and the finished cases saved
             return 130
         codes.append(code)
     real = [c for c in codes if c != 5]  # 5: nothing collected (a -k that selects nothing)

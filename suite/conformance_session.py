@@ -41,17 +41,12 @@ class KnownFailuresError(ValueError):
 def read_known_failures(paths) -> Dict[str, str]:
     """{test id glob: reason} from plain text files: one id a line, optionally where it holds
     between braces (``{torch<2.5; isa=avx512}``, ``suite.where``), '#' then the reason. The
-    reason of a line with a condition ends with ``[where ...]``; ``known_conditions`` reads
-    the conditions."""
+    reason of a line with a condition ends with ``[where ...]``."""
     return {pattern: reason for pattern, (reason, _where) in _read(paths).items()}
 
 
-def known_conditions(paths) -> Dict[str, object]:
-    """{test id glob: suite.where.Where or None} of the same files."""
-    return {pattern: where for pattern, (_reason, where) in _read(paths).items()}
-
-
 def _read(paths) -> Dict[str, tuple]:
+    """{test id glob: (reason, suite.where.Where or None)} of the files."""
     from suite.where import WhereError, split_line
 
     out = {}
@@ -121,10 +116,11 @@ class ConformanceSession:
         self.selection = Selection.from_config(config)
         extra = config.getoption("--known-failures") or []
         try:
-            self.known: Dict[str, str] = read_known_failures([KNOWN_FILE, *extra])
-            self.conditions = known_conditions([KNOWN_FILE, *extra])
+            entries = _read([KNOWN_FILE, *extra])
         except KnownFailuresError as exc:
             raise pytest.UsageError(str(exc)) from None
+        self.known: Dict[str, str] = {p: reason for p, (reason, _) in entries.items()}
+        self.conditions = {p: where for p, (_, where) in entries.items()}
         self.records: List[dict] = []
         self.used: Set[str] = set()
         self.bar = None

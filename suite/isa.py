@@ -31,6 +31,13 @@ TORCH_ENV = "ATEN_CPU_CAPABILITY"
 DISPATCH_ENV: Dict[str, str] = {"torch": TORCH_ENV}
 
 
+def dispatches(description) -> bool:
+    """True for a registry description (``suite.registry.Description``, or None) of an
+    implementation whose array library the suite can pin to a level."""
+    return description is not None and \
+        (description.array_library or description.framework) in DISPATCH_ENV
+
+
 def torch_level() -> Optional[str]:
     """The level torch dispatched to in this process ("default", "avx2", "avx512", ...,
     lowercase), or None without torch. Imports torch: call it where torch runs anyway."""

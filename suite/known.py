@@ -17,6 +17,7 @@ import dataclasses
 import fnmatch
 from typing import FrozenSet, List, Optional, Tuple
 
+from suite.plugin import array_library
 from suite.where import Where, lanes
 
 
@@ -76,7 +77,7 @@ def applicable(impl, problem, dtype: str, device: str, isa: Optional[str],
                ) -> List[KnownBehaviour]:
     """The known behaviours that hold for ``impl`` on ``problem`` here and that the problem
     exhibits (``exhibited``: ``suite.check.behaviours(problem)``)."""
-    library = getattr(impl, "array_library", "") or getattr(impl, "framework", "")
+    library = array_library(impl)
     name = getattr(impl, "name", "")
     return [kb for kb in behaviours
             if library in kb.libraries and kb.behaviour in exhibited

@@ -298,8 +298,7 @@ class Implementation:
         library is torch, else None (a library the suite does not pin to a level)."""
         from suite import isa
 
-        library = self.array_library or self.framework
-        if device.split("[")[0] != "cpu" or library not in isa.DISPATCH_ENV:
+        if device.split("[")[0] != "cpu" or array_library(self) not in isa.DISPATCH_ENV:
             return None
         return isa.torch_level()
 
