@@ -36,8 +36,8 @@ def install(session: nox.Session, extras: str = "all", gpu: bool = False) -> Non
 # and the interpreted kernels (pallas.*, triton.flash on cpu-interpret), whose other dtypes
 # were checked when they were added (README). Every plugin keeps its whole float32 matrix
 # here, the interpreted kernels included, and every other family in every dtype.
-COMPILED_OWN_SHAPES = ("tiles or special_values or lanes or nan_padding_one_query or local_window"
-                       " or chunked_causal")
+COMPILED_OWN_SHAPES = ("tiles or special_values or lanes or layouts or nan_padding_one_query"
+                       " or local_window or chunked_causal")
 # The lanes family (lengths across one and two SIMD vectors, 35 shapes) gives the per-shape
 # compilers and the interpreted kernels, whose cases cost seconds each, three of its lengths
 # in CI: under one vector (4), just past one (9) and past two AVX2 vectors (17).

@@ -39,6 +39,7 @@ import torch
 
 from suite import adapters
 from suite.adapters import AttendMask, attend_mask
+from suite.layouts import LAYOUTS, requested_layout
 from suite.plugin import Implementation, Result
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
@@ -60,6 +61,55 @@ def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> Atte
     """The canonical mask of ``p`` as tensors on ``device`` (the bias in ``dtype``)."""
     return attend_mask(p, put_float=lambda a: torch.as_tensor(a, device=device, dtype=dtype),
                        put_bool=lambda a: torch.as_tensor(a, device=device))
+
+
+# Every layout: the torch kernels' built-ins hand torch each one as it comes.
+ALL_LAYOUTS = frozenset(LAYOUTS)
+
+
+def arrange(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x`` (4-D: per-head (B, H, L, D), or a (B, H|1, L, S) mask) with the same values in
+    ``layout`` (``suite.layouts.LAYOUTS``), built with torch's own views; ``expanded``:
+    contiguous (the core broadcasts kv heads with ``expand_heads``, the mask in
+    ``arrange_mask``)."""
+    if layout in ("contiguous", "expanded"):
+        return x.contiguous()
+    if layout == "transposed":
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "last_strided":
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if layout == "sliced":
+        B, H, L, D = x.shape
+        buf = torch.full((B + 1, H, L + 2, D + 5), True if x.dtype == torch.bool else
+                         float("nan"), dtype=x.dtype, device=x.device)  # garbage around it
+        view = buf[1:, :, 1:L + 1, 2:D + 2]
+        view.copy_(x)
+        return view
+    raise ValueError(f"layout: expected one of {sorted(LAYOUTS)}, got {layout!r}")
+
+
+def expand_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A (B, 1, ...) tensor broadcast to ``heads`` heads with stride 0 (``expand``, no copy)."""
+    return x.expand(x.shape[0], heads, *x.shape[2:])
+
+
+def arrange_mask(mask: AttendMask, problem: Problem) -> AttendMask:
+    """``mask``'s bias and allowed tensors in the layout ``problem`` asks for (the layouts
+    family), else ``mask``: ``expanded`` broadcasts a (B, 1, L, S) mask over the heads with
+    stride 0, the other layouts arrange it as they arrange q, k and v."""
+    layout = requested_layout(problem)
+    if layout is None:
+        return mask
+
+    def put(x):
+        if x is None:
+            return None
+        if layout == "expanded":
+            return x.expand(problem.B, problem.H, *x.shape[2:]) if x.shape[1] == 1 else x
+        return arrange(x, layout)
+    return mask.replace(bias=put(mask.bias), allowed=put(mask.allowed))
 
 
 class TorchCore(Implementation):
@@ -111,7 +161,7 @@ class TorchCore(Implementation):
         tensors = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
         tensors.update({k: put(v) for k, v in p.weights.as_dict().items()})
         state = {"p": p, "device": dev, "tensors": tensors, "need_weights": need_weights,
-                 "grad": grad, "mask": translate_mask(p, dev, t),
+                 "grad": grad, "mask": arrange_mask(translate_mask(p, dev, t), p),
                  "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
                  "compile_s": None}
         self.after_prepare(state)
@@ -128,9 +178,16 @@ class TorchCore(Implementation):
         q = proj(x["query"], x["w_q"], x["b_q"]).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = proj(x["key"], x["w_k"], x["b_k"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
         v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
-        if self.repeat_kv and K != H:  # query head h reads kv head h // (H // K)
+        layout = requested_layout(p)
+        if layout == "expanded":  # contiguous q, kv heads broadcast with stride 0
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            if self.repeat_kv and K == 1 and H > 1:
+                k, v = expand_heads(k, H), expand_heads(v, H)
+        if self.repeat_kv and k.shape[1] != H:  # query head h reads kv head h // (H // K)
             k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
             v = v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+        if layout not in (None, "expanded"):  # the layouts family: this memory layout
+            q, k, v = arrange(q, layout), arrange(k, layout), arrange(v, layout)
         heads, weights = self.attend(q, k, v, state["mask"], p.effective_scale,
                                      state["need_weights"])
         concat = heads.transpose(1, 2).reshape(B, L, H * D)  # (B, L, H*D)

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from implementations.torch_common import TorchCore, masked_softmax, zero_dead_values
+from implementations.torch_common import ALL_LAYOUTS, TorchCore, masked_softmax, zero_dead_values
 from implementations.torch_eager import TorchEager
 from suite import cache
 from suite.adapters import AttendMask
@@ -72,6 +72,7 @@ class TorchFlex(TorchCore):
     """
 
     name = "torch.flex"
+    layouts = ALL_LAYOUTS
     compiles_per_shape = True  # each new shape or block mask recompiles (5-25 s cold, CPU)
     # Windows as a mask_mod given to create_block_mask (its block sparsity), not a dense mask.
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})

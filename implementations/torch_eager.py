@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from implementations.torch_common import TorchCore, masked_softmax, zero_dead_values
+from implementations.torch_common import ALL_LAYOUTS, TorchCore, masked_softmax, zero_dead_values
 from suite.adapters import AttendMask
 from suite.plugin import Deviation
 
@@ -10,6 +10,7 @@ from suite.plugin import Deviation
 class TorchEager(TorchCore):
     name = "torch.eager"
     features = TorchCore.features | {"weights"}
+    layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "

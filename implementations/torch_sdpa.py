@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchCore, cuda_available
+from implementations.torch_common import ALL_LAYOUTS, TorchCore, cuda_available
 from suite import cache
 from suite.adapters import AttendMask
 from suite.plugin import Deviation, Unsupported
@@ -63,6 +63,7 @@ def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
 
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
+    layouts = ALL_LAYOUTS  # SDPA takes strided views, slices and expanded tensors as they come
     repeat_kv = not HAS_GQA
     mask_forms = SDPA_FORMS
     deviations: Dict[str, Deviation] = {
@@ -123,7 +124,11 @@ def kernel_context(short: str) -> Optional[Callable[[], Any]]:
 # A backend that refuses one (flash on the CPU of torch 2.4/2.5 takes no broadcast mask,
 # no GQA, no gradient through a masked call: "No available kernel") leaves it undeclared,
 # so those cases are unsupported, never errors.
-FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask")
+FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask",
+         "qkv_strided")
+# Layouts whose q/k/v last dimension is strided (suite.layouts): a backend that refuses
+# "qkv_strided" (flash on the CPU: "No available kernel") does not declare them.
+LAST_STRIDED_LAYOUTS = frozenset({"last_strided", "channels_last"})
 
 
 def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, form: str) -> bool:
@@ -141,6 +146,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
             kw["attn_mask"] = torch.zeros(1, 1, 1, 8, device=device, dtype=dtype)  # (1, 1, 1, S)
         elif form == "mask_strided":  # a (B, H, L, S) view whose last dimension is not contiguous
             kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype).transpose(-1, -2)
+        elif form == "qkv_strided":  # q, k, v (B, H, L, D) whose last dimension is strided
+            q = k = v = torch.randn(1, 2, 16, 8, device=device, dtype=dtype).transpose(-1, -2)
         elif form == "gqa":
             k = v = torch.randn(1, 1, 8, 16, device=device, dtype=dtype)  # (B, K=1, S, D)
             if HAS_GQA:
@@ -229,6 +236,8 @@ def _variant(short: str, context: Callable[[], Any], dtypes: Dict[str, Sequence[
             return super().attend(q, k, v, mask, scale, need_weights)
 
     Variant.features = declared(forms)
+    if "qkv_strided" not in forms:
+        Variant.layouts = TorchSDPA.layouts - LAST_STRIDED_LAYOUTS
     Variant.__name__ = Variant.__qualname__ = f"TorchSDPA_{short}"
     return Variant
 

@@ -170,7 +170,7 @@ class _SessionOf:
 
 # The families every lower instruction-set level runs (suite.isa): where a vector loop's tail,
 # a NaN or a row with no key meets a kernel the level changes. The native level runs all.
-ISA_FAMILIES = ("lanes", "special_values", "masking", "tiles")
+ISA_FAMILIES = ("lanes", "special_values", "masking", "tiles", "layouts")
 ISA_ENV = "MHA_SUITE_ISA"  # --isa's default where the option is not given
 
 

@@ -55,6 +55,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequ
 
 import numpy as np
 
+from suite.layouts import LAYOUTS
 from suite.problem import DTYPES, InputError, Problem
 from suite.where import ANYWHERE, Where
 
@@ -280,6 +281,10 @@ class Implementation:
     # family gives the plugin each one (``suite.adapters.requested_form``) and compares it
     # with the oracle on the same problem. Empty (the default): the family is unsupported.
     mask_forms: ClassVar[FrozenSet[str]] = frozenset()
+    # Memory layouts (names in ``suite.layouts.LAYOUTS``) the plugin hands its library as they
+    # come (strided views, slices, stride-0 broadcasts): the ``layouts`` family asks for each
+    # one (``suite.layouts.requested_layout``); a layout not declared is reported unsupported.
+    layouts: ClassVar[FrozenSet[str]] = frozenset({"contiguous"})
     # True for a plugin that compiles anew for each shape and mask kind (torch.compile,
     # FlexAttention: seconds to tens of seconds each on a CPU): the main job's sample
     # (suite.sample) gives it one case per family and fewer property-based examples.
@@ -533,6 +538,10 @@ def check_interface(cls: type) -> None:
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown mask forms {sorted(unknown)}; "
                         f"known: {sorted(MASK_FORMS)}")
+    layouts = declared(cls, "layouts")
+    if isinstance(layouts, str) or not set(layouts) <= set(LAYOUTS):
+        raise TypeError(f"{cls.__name__}.layouts: expected a set of names in {sorted(LAYOUTS)}, "
+                        f"got {layouts!r}")
     for behaviour, dev in dict(getattr(cls, "deviations", {})).items():
         if behaviour not in POLICIES:
             raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "

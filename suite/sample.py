@@ -32,6 +32,9 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # a NaN query row with every key in a vector loop's tail; rows with no key and NaN
     # padding across one vector
     "lanes": ("nan_query_S4", "fully_masked_S9", "nan_padding_S17"),
+    # q/k/v out of a 1x1 convolution (the last axis strided) with a bias; heads split from
+    # (B, L, H, D) without a copy; one kv head broadcast with stride 0
+    "layouts": ("last_strided+bias", "transposed", "expanded+causal"),
     # a per-shape compiler runs one shape: two identical calls (batch_equals_items compiles
     # one shape per batch item: 90 s on torch.flex, cold)
     "properties": ("repeatable", "batch_equals_items", "weights_are_distributions"),
