@@ -24,8 +24,8 @@ from suite.plugin import Deviation, Unavailable
 JAX_NN_FORMS = frozenset(
     {f"{kind}_{shape}" for kind in ("bool", "float")
      for shape in ("BHLS", "B1LS", "11LS", "B11S", "BHL1", "LS")}
-    | {"kv_lengths", "kv_lengths+bool_B1LS", "q_lengths+kv_lengths", "causal_flag",
-       "causal_flag+bool_B11S", "causal_flag+kv_lengths", "local_window",
+    | {"kv_lengths", "kv_lengths+bool_B1LS", "q_lengths", "q_lengths+kv_lengths",
+       "causal_flag", "causal_flag+bool_B11S", "causal_flag+kv_lengths", "local_window",
        "local_window+kv_lengths", "local_window+causal_flag"})
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import TorchModuleCore, _np, tensor_copy
-from implementations.torch_nn import TORCH_NN_FORMS, form_masks
+from implementations.torch_nn import TORCH_NN_FORMS, form_masks, refusing_causal_alone
 from suite import adapters
 from suite.plugin import Deviation, Unsupported
 from suite.problem import Problem
@@ -72,13 +72,13 @@ class TorchFMHA(TorchModuleCore):
         return form_masks(p, dev, t) if adapters.requested_form(p) else fmha_masks(p, dev, t)
 
     def call(self, w, query, key, value, mask, need_weights):
-        return F.multi_head_attention_forward(
+        return refusing_causal_alone(lambda: F.multi_head_attention_forward(
             query, key, value, w.embed_dim, w.num_heads,
             w.in_proj_weight, w.in_proj_bias, None, None, False, 0.0,
             w.out_proj_weight, w.out_proj_bias, training=False,
             key_padding_mask=mask["key_padding_mask"], need_weights=self.need_weights,
             attn_mask=mask["attn_mask"], average_attn_weights=False,  # weights (B, H, L, S)
-            is_causal=mask["is_causal"])  # out (L, B, E)
+            is_causal=mask["is_causal"]), mask)  # out (L, B, E)
 
 
 class _PackedParams(torch.nn.Module):

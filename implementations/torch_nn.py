@@ -31,7 +31,7 @@ reference), and nested-tensor inputs.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -43,12 +43,14 @@ from suite.problem import Problem
 
 # Mask forms nn.MultiheadAttention takes: attn_mask (L, S) or (B*H, L, S), boolean (True =
 # masked) or additive float, key_padding_mask (B, S) boolean or float, mixed kinds (bool
-# padding beside a float mask, which it converts with a deprecation warning), and the
-# is_causal hint given with the causal attn_mask.
+# padding beside a float mask, which it converts with a deprecation warning), the is_causal
+# hint given with the causal attn_mask, and is_causal alone or beside key padding (torch 2.13
+# refuses it without attn_mask outside the inference fast path: "unsupported", its words).
 TORCH_NN_FORMS = frozenset({
     "bool_LS", "float_LS", "bool_BHxLS", "float_BHxLS", "kpm_bool", "kpm_float",
     "kpm_bool+bool_LS", "kpm_bool+bool_BHxLS", "kpm_bool+float_LS", "kpm_float+float_LS",
-    "kpm_float+float_BHxLS", "causal_hint+bool_LS", "causal_hint+kpm_bool+bool_LS"})
+    "kpm_float+float_BHxLS", "causal_hint+bool_LS", "causal_hint+kpm_bool+bool_LS",
+    "causal_flag", "causal_flag+kpm_bool"})
 
 
 def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
@@ -61,7 +63,20 @@ def form_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
         return x.to(t) if x is not None and x.is_floating_point() else x
 
     return {"attn_mask": put(form.attn), "key_padding_mask": put(form.key_padding),
-            "is_causal": "causal_hint" in adapters.form_parts(p.mask_form)}
+            "is_causal": bool({"causal_hint", "causal_flag"}
+                              & set(adapters.form_parts(p.mask_form)))}
+
+
+def refusing_causal_alone(forward: Callable[[], Any], mask: Dict[str, Any]) -> Any:
+    """``forward()``; where torch refuses ``is_causal`` without ``attn_mask`` (a
+    RuntimeError, "Need attn_mask if specifying the is_causal hint" in torch 2.13), the case
+    is unsupported in torch's own words instead of an error."""
+    try:
+        return forward()
+    except RuntimeError as exc:
+        if mask["is_causal"] and mask["attn_mask"] is None:
+            raise Unsupported(f"torch refuses is_causal without attn_mask: {exc}") from exc
+        raise
 
 
 class TorchNN(TorchModuleCore):
@@ -119,8 +134,9 @@ class TorchNN(TorchModuleCore):
 
     def call(self, mha, query, key, value, mask, need_weights):
         # need_weights is the name's (the path it measures), whatever the case asks.
-        return mha(query, key, value, **mask, need_weights=self.need_weights,
-                   average_attn_weights=False)  # weights (B, H, L, S)
+        return refusing_causal_alone(lambda: mha(
+            query, key, value, **mask, need_weights=self.need_weights,
+            average_attn_weights=False), mask)  # weights (B, H, L, S)
 
 
 class TorchNNSDPA(TorchNN):

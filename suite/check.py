@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from suite import diagnose, oracle
+from suite import adapters, diagnose, oracle
 from suite.agreement import Comparison, compare
 from suite.known import applicable as known_behaviours
 from suite.outputs import check_output
@@ -167,11 +167,32 @@ def _nonfinite_kv(p: Problem) -> np.ndarray:
     return ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))
 
 
+def _query_padded_rows(p: Problem) -> np.ndarray:
+    """(B, L, 1): query rows the requested mask form's query part (``q_lengths``,
+    ``qpm_bool``) pads; none for a problem without such a form."""
+    none = np.zeros((p.B, p.L, 1), bool)
+    form = adapters.requested_form(p)
+    if not form or not {"q_lengths", "qpm_bool"} & set(adapters.form_parts(form)):
+        return none
+    try:
+        parts = adapters.form_mask(p, form)
+    except Unsupported:  # the form cannot express the problem: no rows are its padding
+        return none
+    if parts.q_lengths is not None:
+        rows = np.arange(p.L)[None, :] < np.asarray(parts.q_lengths)[:, None]  # (B, L)
+    else:
+        rows = np.asarray(parts.query_mask, bool)
+    return ~rows[..., None]
+
+
 def behaviours(p: Problem) -> List[str]:
     """The behaviours with declarable deviations that problem ``p`` exhibits."""
     out = []
-    if not p.mask.is_empty() and not _allowed(p).any(-1).all():
+    padded = _query_padded_rows(p)  # (B, L, 1): judged as query_padded_rows, not here
+    if not p.mask.is_empty() and (~_allowed(p).any(-1) & ~padded[:, None, :, 0]).any():
         out.append("fully_masked_rows")
+    if padded.any():
+        out.append("query_padded_rows")
     if _bias_masked_rows(p).any():
         out.append("bias_masked_rows")
     bad = _nonfinite_kv(p)
@@ -203,14 +224,24 @@ def _nan_readers(p: Problem) -> np.ndarray:
 
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
                  fully_masked: str = "zero", nan_confined: bool = False,
-                 bias_masked_nan: bool = False, nan_query_zero: bool = False
-                 ) -> List[Comparison]:
+                 bias_masked_nan: bool = False, nan_query_zero: bool = False,
+                 query_padded: str = "zero") -> List[Comparison]:
     """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined``,
-    ``bias_masked_nan`` and ``nan_query_zero`` apply declared policies to the reference
-    instead of the spec."""
+    ``bias_masked_nan``, ``nan_query_zero`` and ``query_padded`` apply declared policies to
+    the reference instead of the spec. ``fully_masked`` holds for the rows with no key
+    except those a query-lengths form pads, which follow ``query_padded``."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked)
     model_out, model_w = oracle.first_order(p, dtype, fully_masked)
+    padded = _query_padded_rows(p)  # (B, L, 1); padded in every head
+    if padded.any() and query_padded != fully_masked:  # each row from its own policy
+        q_out, q_w = oracle.oracle(p, query_padded)
+        ref_out, ref_w = np.where(padded, q_out, ref_out), np.where(padded[:, None], q_w, ref_w)
+        naive = [(np.where(padded, qn[0], n[0]), np.where(padded[:, None], qn[1], n[1]))
+                 for n, qn in zip(naive, oracle.baselines(p, dtype, query_padded))]
+        q_model_out, q_model_w = oracle.first_order(p, dtype, query_padded)
+        model_out = np.where(padded, q_model_out, model_out)
+        model_w = np.where(padded[:, None], q_model_w, model_w)
     if nan_query_zero:  # nan_query_rows=zero: those output rows are the output bias
         rows = _nonfinite_query_rows(p)
         ref_out = _zero_rows(p, rows, ref_out)[0]
@@ -227,8 +258,10 @@ def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
         if res.attn_weights is None:
             raise AssertionError("declares 'weights' but returned none")
         # Rows the nan policy makes NaN stay wholly NaN; special-value rows need one NaN.
-        special = np.zeros(ref_w.shape[:-1] + (1,), bool) if fully_masked != "nan" else \
-            ~_allowed(p).any(axis=-1, keepdims=True)
+        dead = ~_allowed(p).any(axis=-1, keepdims=True)  # (B, H, L, 1)
+        special = ((dead & ~padded[:, None]) if fully_masked == "nan" else False) \
+            | ((dead & padded[:, None]) if query_padded == "nan" else False) \
+            | np.zeros(ref_w.shape[:-1] + (1,), bool)
         got_w, ref_w = _nan_weight_rows(np.asarray(res.attn_weights, np.float64), ref_w, special)
         comps.append(compare("weights", got_w, ref_w, [n[1] for n in naive], dtype,
                              may_be_nan=None if readers is None else readers[..., None],
@@ -279,7 +312,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
                  **{b: d.policy for b, d in declared.items()}}
     policy = _comparisons(p, res, dtype, with_weights,
                           policy_of.get("fully_masked_rows", "zero"), "nan_padding" in policy_of,
-                          "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of)
+                          "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of,
+                          policy_of.get("query_padded_rows", "zero"))
     said = "; ".join([d.describe(b) for b, d in declared.items()]
                      + [kb.describe() for kb in known])
     broken = [c for c in policy if not c.passed]

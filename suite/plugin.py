@@ -82,6 +82,15 @@ POLICIES: Dict[str, Dict[str, str]] = {
         "confined": "NaN reaches the output only in rows that read a NaN key or value; "
                     "every other row is right",
     },
+    "query_padded_rows": {  # a query row a form's query lengths or query mask pad (the
+        # spec: a zero head output, as for any row with no key; judged apart from
+        # fully_masked_rows, so a library's declared policy for rows its attention mask
+        # empties does not excuse what it does with the rows its query part pads)
+        "nan": "the padded query row's output is NaN",
+        "mean_values": "the padded query row attends every key equally: its head output is "
+                       "the mean of the values",
+        "unmasked": "the padded query row attends as if nothing were masked",
+    },
     "nan_query_rows": {  # a query row holding NaN or inf (the spec: its output row is NaN)
         "zero": "the row's head outputs are zero (its output row is the output bias), as for "
                 "a row with no key, instead of NaN",
@@ -136,6 +145,7 @@ MASK_FORMS.update({
     "kpm_bool+bool_BLS": "key padding (B, S) beside a head-free (B, L, S) mask",
     "kv_lengths": MASK_PARTS["kv_lengths"] + ", alone",
     "kv_lengths+bool_B1LS": "key lengths beside a (B, 1, L, S) boolean mask",
+    "q_lengths": MASK_PARTS["q_lengths"] + ", alone (no key lengths)",
     "q_lengths+kv_lengths": "query and key lengths together",
     "qpm_bool": MASK_PARTS["qpm_bool"] + ", alone",
     "qpm_bool+kpm_bool": "query mask (B, L) and key padding (B, S) together",
