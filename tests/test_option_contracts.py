@@ -100,3 +100,22 @@ def test_conformance_records_contracts_like_other_cases(tmp_path):
     assert proc.returncode == 1
     assert "test_contract[bug.fp32_softmax_ignored-cpu-float16-contracts/fp32_softmax]" \
         in proc.stdout
+
+
+def test_readme_contract_example_declares_a_checked_contract():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("**Option contracts.**", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    assert len([line for line in code.splitlines() if line.strip()]) <= 10, code
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 (the README's own block)
+    cls = scope["Upcast"]
+    check_interface(cls)
+    (case,) = contracts.cases_of(cls())
+    assert (case.family, case.name) == ("contracts", "upcast")
+    # NumpyMHA's attend reads no upcast attribute: the contract says the option is ignored.
+    out = case.run(cls(), Outcome(cls.name, "cpu", "float16", case.family, case.name,
+                                  case.seed, "pass"))
+    assert out.outcome == "fail" and "bit-identical outputs on all 16" in out.reason
