@@ -29,8 +29,9 @@ from flax import nnx
 
 from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np
 from suite import adapters, cache
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
+from suite.where import Where
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
@@ -130,6 +131,73 @@ class FlaxMHAWeights(FlaxMHA):
     name = "flax.mha+weights"
     features = FEATURES | {"weights"}
     returns_weights = True
+
+
+class FlaxLinenFp32Softmax(JaxModuleCore):
+    """``flax.linen.MultiHeadDotProductAttention(force_fp32_for_softmax=True)``: linen's
+    explicit path (``dot_product_attention_weights``: einsum, ``finfo.min`` fill, softmax),
+    with the softmax computed in float32 where the module's dtype is narrower. The option
+    exists in flax.linen only (nnx's attention functions do not take it); flax 0.8.3-0.8.4
+    accepted it and ignored it, so its contract runs the module with it off beside it on the
+    same problems. No causal flag (the causal mask is folded into ``mask``), no GQA, no
+    bias input; ``use_bias`` is all or nothing."""
+
+    name = "flax.linen[fp32_softmax]"
+    framework = "flax"
+    array_library = "jax"
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross"})
+    force_fp32_for_softmax = True
+    deviations = FlaxMHA.deviations
+    # A path of linen's explicit attention: the families its softmax changes, and the
+    # contract that the option changes it.
+    families = frozenset({"masking", "numerics", "shapes", "contracts"})
+    contracts = (Contract(
+        "fp32_softmax", "closer_to_oracle", {"force_fp32_for_softmax": False},
+        "force_fp32_for_softmax=True: the softmax of bfloat16 or float16 logits runs in "
+        "float32 (flax 0.8.3-0.8.4 accepted the option and ignored it)",
+        dtypes=frozenset({"bfloat16", "float16"}), where=Where(versions={"flax": ">=0.8.3"})),)
+
+    def framework_version(self) -> str:
+        return flax.__version__
+
+    def dtypes(self, device: str) -> Sequence[str]:
+        return [t for t in JAX_DTYPES if cache.memo(
+            f"flax.linen dtype:{device}:{t}", lambda t=t: _probe(type(self)(), device, t))]
+
+    def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
+        import flax.linen as linen
+
+        p, w, t = problem, problem.weights, JAX_DTYPES[dtype]
+        if p.K != p.H:
+            raise Unsupported("linen's MultiHeadDotProductAttention has no GQA")
+        present = [b is not None for b in (w.b_q, w.b_k, w.b_v, w.b_o)]
+        if any(present) and not all(present):
+            raise Unsupported("flax's use_bias is all or nothing: the problem has only some "
+                              "biases")
+        module = linen.MultiHeadDotProductAttention(
+            num_heads=p.H, qkv_features=p.H * p.D, out_features=p.E, dtype=t, param_dtype=t,
+            use_bias=all(present), dropout_rate=0.0, deterministic=True,
+            force_fp32_for_softmax=self.force_fp32_for_softmax)
+        kernels = adapters.to_einsum(w, p.H, p.K)  # q/k/v (E, H, D), o (H, D, E)
+        params = {name: {"kernel": jnp.asarray(kernels[role].weight, t),
+                         **({"bias": jnp.asarray(kernels[role].bias, t)} if all(present)
+                            else {})}
+                  for role, name in zip("qkvo", ("query", "key", "value", "out"))}
+        return module, params
+
+    def call(self, module, params, query, key, value, mask, need_weights):
+        return module.apply({"params": params}, query, key, value, mask=mask.mask)
+
+
+def _probe(impl: Any, device: str, dtype: str) -> bool:
+    from suite.problem import make_problem
+
+    try:
+        state = impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype)
+        impl.run(state)
+        return True
+    except Exception:  # any failure means: not usable in this dtype here
+        return False
 
 
 def _usable(device: str, dtype: str, sow_weights: bool) -> bool:

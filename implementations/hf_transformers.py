@@ -33,7 +33,7 @@ covers it with weights; ``sdpa`` returns none (no ``weights`` feature).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ import transformers
 
 from implementations.torch_common import TorchModuleCore, _np
 from suite import adapters
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -351,6 +351,27 @@ PATH_FAMILIES = frozenset({"masking", "shapes", "numerics", "properties", "mask_
                            "special_values"})
 
 
+def gpt2_contracts(option: str, attn: str, layer_idx: int) -> Tuple[Contract, ...]:
+    """What each config option must change, against the name without it (the contracts
+    family): a scaling switch must change the output, the module then matching the oracle at
+    the scale the switch gives (the fold is then a no-op: the module runs as configured);
+    the upcast must bring float16 and bfloat16 closer to the oracle."""
+    base = f"hf.gpt2[{attn}]"
+    if option == "unscaled":
+        return (Contract("unscaled", "differs", base, "scale_attn_weights=False: q.k is not "
+                         "multiplied by 1/sqrt(head_dim)", scale=lambda p: 1.0),)
+    if option == "scale_by_layer":
+        return (Contract("scale_by_layer", "differs", base,
+                         f"scale_attn_by_inverse_layer_idx=True at layer_idx {layer_idx}: q.k "
+                         f"is also divided by layer_idx + 1",
+                         scale=lambda p: p.effective_scale / (layer_idx + 1)),)
+    if option == "upcast":
+        return (Contract("upcast", "closer_to_oracle", base, "reorder_and_upcast_attn=True: "
+                         "the scores and their softmax are computed in float32",
+                         dtypes=frozenset({"float16", "bfloat16"})),)
+    return ()
+
+
 def gpt2_config_variants() -> List[type]:
     """``hf.gpt2[ATTN,OPTION]``: GPT2Attention built with one config option of
     ``GPT2_OPTIONS`` (a layer_idx > 0 where the option reads it). The scale is folded into
@@ -365,6 +386,7 @@ def gpt2_config_variants() -> List[type]:
                 "name": f"hf.gpt2[{attn},{option}]", "attn": attn,
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],
                 "mask_forms": MASK_FORMS[attn], "config_options": config,
-                "layer_idx": layer_idx, "fold_scale": True, "families": PATH_FAMILIES,
-                "__module__": __name__}))
+                "layer_idx": layer_idx, "fold_scale": True,
+                "families": PATH_FAMILIES | {"contracts"},
+                "contracts": gpt2_contracts(option, attn, layer_idx), "__module__": __name__}))
     return out

@@ -51,7 +51,19 @@ names) into a library's terms.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequence, Union
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
@@ -182,6 +194,42 @@ class Deviation:
                 f"{self.reason}{held}")
 
 
+# Relations a contract (``contracts``) may state between a plugin and the other side of one
+# of its options (``suite.contracts`` checks them).
+RELATIONS: Dict[str, str] = {
+    "differs": "the two outputs differ on every problem (never bit-identical), and each side "
+               "passes the agreement rule on its own problem",
+    "closer_to_oracle": "this side's error against the float64 oracle is smaller than the "
+                        "other side's on the same problems: a one-sided sign test over them",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Contract:
+    """What an option must change: this plugin, against another of its names (``against``
+    a registry name) or itself with an option set otherwise (``against`` a mapping of class
+    attributes overriding this plugin's, e.g. ``{"force_fp32_for_softmax": False}``), must
+    stand in ``relation`` (one of ``RELATIONS``) on the same problems, in ``dtypes`` (None:
+    every dtype both run) and where ``where`` holds. ``scale``: the scale this side's problems
+    are given, from the problem (None: the problem's own), for options that change the scale
+    (the other side keeps the problem's). ``name`` is the case's name in the ``contracts``
+    family."""
+
+    name: str
+    relation: str
+    against: Union[str, Mapping[str, Any]]
+    reason: str
+    dtypes: Optional[FrozenSet[str]] = None
+    scale: Optional[Callable[[Problem], float]] = dataclasses.field(default=None, compare=False)
+    where: Where = ANYWHERE
+
+    def against_text(self) -> str:
+        """The other side in words: its name, or the option values it sets."""
+        if isinstance(self.against, str):
+            return self.against
+        return ", ".join(f"{k}={v!r}" for k, v in sorted(self.against.items()))
+
+
 # What ``deviations`` maps a behaviour to: one Deviation for every dtype, or a dict
 # dtype -> Deviation when the behaviour depends on the dtype (say, the mean of the values in
 # float32 and NaN in float16, where the library's mask fill overflows); a dtype the dict does
@@ -295,6 +343,11 @@ class Implementation:
     # come (strided views, slices, stride-0 broadcasts): the ``layouts`` family asks for each
     # one (``suite.layouts.requested_layout``); a layout not declared is reported unsupported.
     layouts: ClassVar[FrozenSet[str]] = frozenset({"contiguous"})
+    # What its options must change (``Contract``: a relation to another of its names, or to
+    # itself with an option set otherwise): the ``contracts`` family runs both sides on the
+    # same problems and fails an option whose outputs are bit-identical where they must
+    # differ, or whose error against the oracle moves the wrong way (suite.contracts).
+    contracts: ClassVar[Tuple[Contract, ...]] = ()
     # True for a plugin that compiles anew for each shape and mask kind (torch.compile,
     # FlexAttention: seconds to tens of seconds each on a CPU): the main job's sample
     # (suite.sample) gives it one case per family and fewer property-based examples.
@@ -552,6 +605,23 @@ def check_interface(cls: type) -> None:
     if isinstance(layouts, str) or not set(layouts) <= set(LAYOUTS):
         raise TypeError(f"{cls.__name__}.layouts: expected a set of names in {sorted(LAYOUTS)}, "
                         f"got {layouts!r}")
+    contracts = declared(cls, "contracts")
+    if isinstance(contracts, (str, Contract)) or not all(isinstance(c, Contract)
+                                                         for c in contracts):
+        raise TypeError(f"{cls.__name__}.contracts: expected a tuple of Contract, got "
+                        f"{contracts!r}")
+    for c in contracts:
+        if c.relation not in RELATIONS:
+            raise TypeError(f"{cls.__name__}.contracts[{c.name!r}]: relation expected one of "
+                            f"{sorted(RELATIONS)}, got {c.relation!r}")
+        if not isinstance(c.against, (str, Mapping)) or not c.against:
+            raise TypeError(f"{cls.__name__}.contracts[{c.name!r}]: against expected a "
+                            f"registry name or a mapping of class attributes, got {c.against!r}")
+        if c.dtypes is not None and (isinstance(c.dtypes, str) or set(c.dtypes) - set(DTYPES)):
+            raise TypeError(f"{cls.__name__}.contracts[{c.name!r}]: dtypes expected a set of "
+                            f"{', '.join(DTYPES)}, got {c.dtypes!r}")
+    if len({c.name for c in contracts}) != len(contracts):
+        raise TypeError(f"{cls.__name__}.contracts: two contracts share a name")
     for behaviour, dev in dict(getattr(cls, "deviations", {})).items():
         if behaviour not in POLICIES:
             raise TypeError(f"{cls.__name__} declares a deviation on unknown behaviour "

@@ -55,6 +55,7 @@ BUILTINS: Dict[str, str] = {
     "jax.nn": "implementations.jax_nn:JaxNN",
     "flax.mha": "implementations.flax_mha:FlaxMHA",
     "flax.mha+weights": "implementations.flax_mha:FlaxMHAWeights",
+    "flax.linen[fp32_softmax]": "implementations.flax_mha:FlaxLinenFp32Softmax",
     "triton.flash": "implementations.triton_flash:TritonFlash",
     "pallas.gpu.flash": "implementations.pallas_attention:PallasGpuFlash",
     "pallas.tpu.flash": "implementations.pallas_attention:PallasTpuFlash",

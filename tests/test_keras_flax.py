@@ -31,7 +31,7 @@ def _registry_without(monkeypatch, tmp_path, missing: str) -> registry.Registry:
 
 
 def test_the_builtins_are_registered():
-    assert set(KERAS_FLAX_BUILTINS) == {"flax.mha", "flax.mha+weights"}
+    assert set(KERAS_FLAX_BUILTINS) == {"flax.mha", "flax.mha+weights", "flax.linen[fp32_softmax]"}
     assert set(KERAS_FLAX_FAMILIES) == {"keras.mha*"}
 
 

@@ -60,6 +60,13 @@ def _catalog_case(item: pytest.Item) -> Optional[Case]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         targets = ConformanceSession.of(metafunc.config).targets()
+        per_target = getattr(metafunc.module, "cases_of", None)
+        if per_target is not None and "case" in metafunc.fixturenames:
+            # Cases each implementation declares (its contracts): (target, case) pairs.
+            pairs = [(t, c) for t in targets for c in per_target(t[0].impl)]
+            metafunc.parametrize(("target", "case"), pairs, ids=[
+                f"{e.name}-{d}-{t}-{c.family}/{c.name}" for (e, d, t), c in pairs])
+            return
         metafunc.parametrize("target", targets,
                              ids=[f"{e.name}-{d}-{t}" for e, d, t in targets])
 
