@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import transformers
 
+from implementations import hf_model
 from implementations.torch_common import TorchModuleCore, _np
 from suite import adapters
 from suite.plugin import Contract, Deviation, Unsupported
@@ -331,7 +332,7 @@ def variants() -> List[type]:
                 "deviations": DEVIATIONS[attn], "mask_forms": MASK_FORMS[attn],
                 "__module__": __name__})
             out.append(cls)
-    return out + gpt2_config_variants()
+    return out + gpt2_config_variants() + hf_model.variants()
 
 
 # GPT2Attention's config options that change the numbers, one name each (eager and sdpa

@@ -149,3 +149,17 @@ def test_bias_free_module_example_runs_the_cases_and_hypothesis_without_biases(c
                for r in json.loads(out.read_text())["results"]}
     assert outcome[("masking", "none")] == outcome[("hypothesis", "random_shapes")] == "fail"
     assert outcome[("gradients", "plain")] == "fail", outcome
+
+
+def test_whole_hf_model_example_runs_the_models_own_mask(cli, tmp_path):
+    """The README's Qwen2 model on HFModelCore: its causal mask beside padding passes, a
+    problem that is not causal is unsupported (the model is a decoder)."""
+    pytest.importorskip("transformers")
+    code = _block_with("Testing your own module", "HFModelCore")
+    records = _run_example(cli, tmp_path, code, 20, "mine.qwen2*",
+                           "-k", "mask_forms or masking or hypothesis")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for key in (("mask_forms", "causal_flag+kpm_bool"), ("mask_forms", "causal_flag"),
+                ("masking", "causal"), ("hypothesis", "random_shapes")):
+        assert outcome[key] == "pass", key
+    assert outcome[("mask_forms", "kpm_bool")] == "unsupported"
