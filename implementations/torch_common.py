@@ -120,6 +120,9 @@ class TorchCore(Implementation):
                           "cross", "gqa", "scale", "grad"})
     # Whether ``attend`` wants k/v repeated to H heads (False: it takes K kv heads itself).
     repeat_kv = True
+    # The layout (suite.layouts) ``attend`` gets q, k, v in outside the layouts family; None:
+    # heads split from (B, L, H, D) without a copy (``transposed``, the projections' views).
+    own_layout: Optional[str] = None
 
     def framework_version(self) -> str:
         return torch.__version__
@@ -178,7 +181,7 @@ class TorchCore(Implementation):
         q = proj(x["query"], x["w_q"], x["b_q"]).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = proj(x["key"], x["w_k"], x["b_k"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
         v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
-        layout = requested_layout(p)
+        layout = requested_layout(p) or self.own_layout
         if layout == "expanded":  # contiguous q, kv heads broadcast with stride 0
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             if self.repeat_kv and K == 1 and H > 1:

@@ -62,6 +62,60 @@ class TorchCompiled(TorchEager):
         return fresh_compiled(self)
 
 
+def _textbook(q, k, v, inv_scale: float):
+    """Attention as models write it (inductor's fuse_attention pattern 1)."""
+    return torch.matmul(q, k.transpose(-2, -1)).div(inv_scale).softmax(dim=-1).matmul(v)
+
+
+def _textbook_biased(q, k, v, bias, inv_scale: float):
+    """The same with the mask as an additive bias (inductor's fuse_attention pattern 5)."""
+    return torch.softmax(q @ k.transpose(-2, -1) / inv_scale + bias, dim=-1) @ v
+
+
+class TorchCompiledPattern(TorchCore):
+    """``torch.compile`` of attention as models write it: matmul, scale, softmax, matmul, the
+    mask as an additive bias (-inf where not allowed). Inductor's attention pattern matcher
+    (``torch._inductor.fx_passes.fuse_attention``) rewrites these graphs into SDPA's kernels
+    where the inputs allow it, so this name checks the compiler's own rewrite, not the
+    suite's algorithm (``torch.compile`` compiles the suite's masked softmax, which the
+    matcher never rewrites). Values go in untouched: NaN padding and rows without keys show
+    as the rewritten kernel handles them. ``rewritten_ops(impl, state)`` says which kernel
+    one call reached."""
+
+    name = "torch.compile[pattern]"
+    compiles_per_shape = True
+    layouts = ALL_LAYOUTS
+    # q, k, v contiguous per head, as a model hands them after ``.contiguous()``: inductor's
+    # patterns do not match a matmul of transposed views (measured: no rewrite, bmm kernels)
+    own_layout = "contiguous"
+
+    def __init__(self) -> None:
+        self._plain = torch.compile(_textbook)
+        self._biased = torch.compile(_textbook_biased)
+        allow_recompiles()
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        if mask.bias is None:
+            return self._plain(q, k, v, 1.0 / scale), None
+        return self._biased(q, k, v, mask.bias, 1.0 / scale), None
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        state["compile_s"] = warm_call(self, state)
+
+    def fresh(self) -> TorchCompiledPattern:
+        return fresh_compiled(self)
+
+
+def rewritten_ops(impl: TorchCore, state: Dict[str, Any]) -> List[str]:
+    """The attention kernels (aten ops named ``*scaled_dot_product*``) one call of a prepared
+    ``impl`` ran, read from torch's profiler: what the compiled graph really calls, whatever
+    inductor's caches did (its counters stay at 0 when a graph comes from the cache)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        impl.run(state)
+        impl.synchronize(state)
+    return sorted({e.name for e in prof.events() if "scaled_dot_product" in e.name})
+
+
 class TorchFlex(TorchCore):
     """FlexAttention (``torch.nn.attention.flex_attention``) with the whole mask as a score_mod.
 
@@ -250,7 +304,7 @@ def _probe(cls: type) -> Optional[str]:
 def variants() -> List[type]:
     """The compiled variants whose probe compiles and runs here (probed once per process
     and cached on disk per library versions: a probe compiles for seconds)."""
-    candidates: List[type] = [TorchCompiled]
+    candidates: List[type] = [TorchCompiled, TorchCompiledPattern]
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
         candidates.append(TorchFlex)

@@ -1,0 +1,37 @@
+"""torch.compile[pattern]: the compiler's own attention rewrite is reached, read from what
+the compiled call runs (torch's profiler), not assumed; torch.compile (the suite's masked
+softmax, compiled) is not rewritten."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.problem import Mask, make_problem
+
+torch_compiled = pytest.importorskip("implementations.torch_compiled")
+
+
+def _ops(cls, problem, dtype="float32"):
+    impl = cls()
+    state = impl.prepare(problem, "cpu", dtype)
+    return torch_compiled.rewritten_ops(impl, state)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    import numpy as np
+
+    keep = np.ones((2, 1, 5, 7), bool)
+    keep[..., 3] = False
+    return {"plain": make_problem(0, 2, 5, 7, 16, 2),
+            "bias": make_problem(1, 2, 5, 7, 16, 2, mask=Mask(allowed=keep))}
+
+
+@pytest.mark.parametrize("kind", ["plain", "bias"])
+def test_the_textbook_graph_is_rewritten_into_sdpa(problems, kind):
+    ops = _ops(torch_compiled.TorchCompiledPattern, problems[kind])
+    assert any("flash_attention" in op or "efficient_attention" in op for op in ops), ops
+
+
+def test_the_suites_own_compiled_softmax_is_not_rewritten(problems):
+    assert _ops(torch_compiled.TorchCompiled, problems["bias"]) == []
