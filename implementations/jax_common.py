@@ -129,8 +129,12 @@ class _Compiled(Implementation):
     def __init__(self) -> None:
         self._cache: Dict[Tuple, Any] = {}
 
+    # The array library, shown beside the framework's version ("flax 0.12.8 on jax").
+    array_library = "jax"
+
     def framework_version(self) -> str:
-        return jax.__version__
+        # a subclass naming another framework (flax, keras, ...) reports that library's version
+        return jax.__version__ if self.framework == "jax" else super().framework_version()
 
     def fresh(self):
         jax.clear_caches()  # a repeated run traces and compiles again

@@ -121,8 +121,12 @@ class TorchCore(Implementation):
     # Whether ``attend`` wants k/v repeated to H heads (False: it takes K kv heads itself).
     repeat_kv = True
 
+    # The array library, shown beside the framework's version ("hf 5.24.0 on torch").
+    array_library = "torch"
+
     def framework_version(self) -> str:
-        return torch.__version__
+        # a subclass naming another framework (hf, timm, ...) reports that library's version
+        return torch.__version__ if self.framework == "torch" else super().framework_version()
 
     def devices(self) -> List[str]:
         cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] \

@@ -1,0 +1,24 @@
+"""What a plugin author sees of a wrapper built on the module cores: the wrapped library's own
+version, where an error came from (the plugin or the library), the ``wrapper`` checks of the
+wrapper's own translation, and ``plugin:`` selections of a file's names."""
+
+from importlib import metadata
+
+from suite.environment import framework_version
+from tests.conftest import PLUGINS
+
+WRAPPERS = str(PLUGINS / "wrappers.py")
+
+
+def test_framework_names_map_to_their_distributions():
+    assert framework_version("hf") == metadata.version("transformers")
+    assert framework_version("flax") == metadata.version("flax")
+    assert framework_version("no-such-library-here") is None
+
+
+def test_a_module_core_shows_the_wrapped_library_version_on_its_array_library(cli):
+    proc = cli("list", "--plugin", WRAPPERS, "--impl", "wrap.ok", "--impl", "wrap.flax")
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert f"hf {metadata.version('transformers')} on torch " in lines["wrap.ok"]
+    assert f"flax {metadata.version('flax')} on jax " in lines["wrap.flax"]
