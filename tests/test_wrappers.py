@@ -22,3 +22,30 @@ def test_a_module_core_shows_the_wrapped_library_version_on_its_array_library(cl
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     assert f"hf {metadata.version('transformers')} on torch " in lines["wrap.ok"]
     assert f"flax {metadata.version('flax')} on jax " in lines["wrap.flax"]
+
+
+WRAPPER_NAMES = {"wrap.ok", "wrap.own_bug", "wrap.library_refuses", "wrap.transposed",
+                 "wrap.flax"}
+
+
+def _listed(proc):
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[0] for line in proc.stdout.splitlines()
+            if line.strip() and not line.startswith("CPU instruction-set")}
+
+
+def test_plugin_selection_picks_the_names_a_plugin_file_registers_and_no_builtin(cli):
+    other = str(PLUGINS / "wrong_scale.py")
+    by_file = cli("list", "--plugin", WRAPPERS, "--plugin", other,
+                  "--impl", "plugin:tests/plugins/wrappers.py")
+    assert _listed(by_file) == WRAPPER_NAMES
+    every = _listed(cli("list", "--plugin", WRAPPERS, "--plugin", other, "--impl", "plugin:*"))
+    assert WRAPPER_NAMES < every and not any(n.startswith(("torch.", "jax.", "hf.", "numpy"))
+                                             for n in every)
+
+
+def test_plugin_selection_of_a_file_not_loaded_names_the_loaded_specs(cli):
+    proc = cli("list", "--plugin", WRAPPERS, "--impl", "plugin:elsewhere.py")
+    assert proc.returncode != 0
+    assert "no implementation registered by 'plugin:elsewhere.py'" in proc.stderr
+    assert "tests/plugins/wrappers.py" in proc.stderr
