@@ -24,7 +24,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from suite import cache
+from suite import cache, probes
 from suite.environment import library_versions
 from suite.plugin import (
     Implementation,
@@ -428,17 +428,22 @@ class Registry:
         if name in self._entries and not clobber:
             raise ValueError(f"implementation {name!r} is already registered "
                              f"(from {self._entries[name].source}); pass clobber=True to replace")
-        try:
-            check_interface(cls)
-            impl = cls()
-            check_instance(impl)
-            entry = Entry(name, source, impl=impl)
-            if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
-                entry = Entry(name, source, error=f"runs on no device and dtype here "
-                                                  f"(devices {list(impl.devices())}, none with "
-                                                  f"a dtype its probes ran)")
-        except Exception as exc:  # a plugin that fails to construct is listed, not fatal
-            entry = Entry(name, source, error=_describe(exc))
+        # the failures of the probes it runs (or reads from the cache) while it is checked:
+        # an unavailable one shows the exceptions they caught, not only an empty list
+        with probes.capture() as failed:
+            try:
+                check_interface(cls)
+                impl = cls()
+                check_instance(impl)
+                entry = Entry(name, source, impl=impl)
+                if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
+                    entry = Entry(name, source, error=f"runs on no device and dtype here "
+                                                      f"(devices {list(impl.devices())}, none "
+                                                      f"with a dtype its probes ran"
+                                                      f"{''.join('; ' + f for f in failed)})")
+            except Exception as exc:  # a plugin that fails to construct is listed, not fatal
+                why = f" ({'; '.join(failed)})" if failed else ""
+                entry = Entry(name, source, error=_describe(exc) + why)
         self._entries[name] = entry
         return entry
 
