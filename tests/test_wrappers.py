@@ -49,3 +49,20 @@ def test_plugin_selection_of_a_file_not_loaded_names_the_loaded_specs(cli):
     assert proc.returncode != 0
     assert "no implementation registered by 'plugin:elsewhere.py'" in proc.stderr
     assert "tests/plugins/wrappers.py" in proc.stderr
+
+
+def test_an_error_says_whether_the_plugin_or_the_library_raised_it():
+    from suite import registry
+    from suite.check import attempt
+    from suite.problem import make_problem
+
+    reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
+    p = make_problem(0, B=1, L=3, E=8, H=2)
+    own = attempt(reg.entries["wrap.own_bug"].impl, [p], "cpu", "float32")[1]
+    assert own[0] == "error"
+    assert own[1].startswith("KeyError: 'attn_mask' (in the plugin, wrappers.py:")
+    assert own[1].endswith(" in call)")
+    lib = attempt(reg.entries["wrap.library_refuses"].impl, [p], "cpu", "float32")[1]
+    assert lib[0] == "error" and lib[1].startswith("IndexError: Dimension out of range")
+    assert "(inside torch, functional.py:" in lib[1] and ", called from wrappers.py:" in lib[1]
+    assert attempt(reg.entries["wrap.ok"].impl, [p], "cpu", "float32")[1] is None
