@@ -66,3 +66,14 @@ def test_an_error_says_whether_the_plugin_or_the_library_raised_it():
     assert lib[0] == "error" and lib[1].startswith("IndexError: Dimension out of range")
     assert "(inside torch, functional.py:" in lib[1] and ", called from wrappers.py:" in lib[1]
     assert attempt(reg.entries["wrap.ok"].impl, [p], "cpu", "float32")[1] is None
+
+
+def test_the_weights_round_trip_catches_a_wrapper_that_loads_them_wrong():
+    from suite import registry
+    from suite.problem import make_problem
+
+    reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
+    p = make_problem(0, B=1, L=3, E=8, H=2)
+    assert reg.entries["wrap.ok"].impl.check_wrapper(p) == []
+    wrong = reg.entries["wrap.transposed"].impl.check_wrapper(p)
+    assert wrong and wrong[0].startswith("w_q: read back (8, 8) differs")
