@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np
-from suite import adapters, cache
+from suite import adapters, cache, probes
 from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 from suite.where import Where
@@ -161,8 +161,9 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
         return flax.__version__
 
     def dtypes(self, device: str) -> Sequence[str]:
-        return [t for t in JAX_DTYPES if cache.memo(
-            f"flax.linen dtype:{device}:{t}", lambda t=t: _probe(type(self)(), device, t))]
+        return [t for t in JAX_DTYPES if probes.usable(
+            f"flax.linen dtype:{self.name}:{device}:{t}", f"a {t} {self.name} call on {device}",
+            lambda t=t: _probe(type(self)(), device, t))]
 
     def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
         import flax.linen as linen
@@ -189,31 +190,23 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
         return module.apply({"params": params}, query, key, value, mask=mask.mask)
 
 
-def _probe(impl: Any, device: str, dtype: str) -> bool:
+def _probe(impl: Any, device: str, dtype: str) -> None:
     from suite.problem import make_problem
 
-    try:
-        state = impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype)
-        impl.run(state)
-        return True
-    except Exception:  # any failure means: not usable in this dtype here
-        return False
+    impl.run(impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype))
 
 
 def _usable(device: str, dtype: str, sow_weights: bool) -> bool:
     """Whether a tiny call runs in this dtype (the fused path has no float16 dot on the CPU
     in XLA); probed once per process and cached on disk per library versions."""
-    def probe() -> bool:
+    def probe() -> None:
         from suite.problem import make_problem
 
-        try:
-            impl = FlaxMHAWeights() if sow_weights else FlaxMHA()
-            state = impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype,
-                                 need_weights=sow_weights)
-            impl.run(state)
-            impl.synchronize(state)
-            return True
-        except Exception:  # any failure means: not usable in this dtype here
-            return False
+        impl = FlaxMHAWeights() if sow_weights else FlaxMHA()
+        state = impl.prepare(make_problem(0, B=1, L=3, E=8, H=2), device, dtype,
+                             need_weights=sow_weights)
+        impl.run(state)
+        impl.synchronize(state)
 
-    return cache.memo(f"flax.mha dtype:{device}:{dtype}:{sow_weights}", probe)
+    return probes.usable(f"flax.mha dtype:{device}:{dtype}:{sow_weights}",
+                         f"a {dtype} flax MultiHeadDotProductAttention call on {device}", probe)

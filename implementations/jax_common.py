@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from suite import adapters, cache
+from suite import adapters, cache, probes
 from suite.adapters import AttendMask, attend_mask
 from suite.plugin import Implementation, Result
 from suite.problem import Problem, cotangent
@@ -62,7 +62,8 @@ def jax_device(device: str):
 def gpu_count() -> int:
     try:
         return len(jax.devices("gpu"))
-    except RuntimeError:  # no GPU backend
+    except RuntimeError as exc:  # no GPU backend: kept, should a dtype list come back empty
+        probes.failed("jax.devices('gpu')", exc)
         return 0
 
 
@@ -129,8 +130,12 @@ class _Compiled(Implementation):
     def __init__(self) -> None:
         self._cache: Dict[Tuple, Any] = {}
 
+    # The array library, shown beside the framework's version ("flax 0.12.8 on jax").
+    array_library = "jax"
+
     def framework_version(self) -> str:
-        return jax.__version__
+        # a subclass naming another framework (flax, keras, ...) reports that library's version
+        return jax.__version__ if self.framework == "jax" else super().framework_version()
 
     def fresh(self):
         jax.clear_caches()  # a repeated run traces and compiles again

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from implementations.jax_common import JaxCore, gpu_count
-from suite import adapters, cache
+from suite import adapters, cache, probes
 from suite.plugin import Deviation, Unavailable
 
 # Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
@@ -141,35 +141,34 @@ def _usable(device: str, dtype: str, implementation) -> bool:
     """Whether a tiny call runs in this dtype (float16 does not on the CPU: XLA has no
     F16_F16_F32 dot there, measured with jax 0.10); probed once per process and cached on
     disk per library versions."""
-    return cache.memo(f"jax.nn dtype:{device}:{dtype}:{implementation}",
-                      functools.partial(_probe_dtype, device, dtype, implementation))
+    return probes.usable(f"jax.nn dtype:{device}:{dtype}:{implementation}",
+                         f"a {dtype} jax.nn.dot_product_attention(implementation="
+                         f"{implementation!r}) call on {device}",
+                         functools.partial(_probe_dtype, device, dtype, implementation))
 
 
-def _probe_dtype(device: str, dtype: str, implementation) -> bool:
+def _probe_dtype(device: str, dtype: str, implementation) -> None:
     from implementations.jax_common import JAX_DTYPES, jax_device
 
-    try:
-        q = jax.device_put(jnp.zeros((2, 5, 2, 4), JAX_DTYPES[dtype]), jax_device(device))
-        call = jax.jit(lambda x: jax.nn.dot_product_attention(x, x, x,
-                                                              implementation=implementation))
-        jax.block_until_ready(call(q))  # under jit, as the plugin runs it
-        return True
-    except Exception:  # any failure means: not usable in this dtype here
-        return False
+    q = jax.device_put(jnp.zeros((2, 5, 2, 4), JAX_DTYPES[dtype]), jax_device(device))
+    call = jax.jit(lambda x: jax.nn.dot_product_attention(x, x, x,
+                                                          implementation=implementation))
+    jax.block_until_ready(call(q))  # under jit, as the plugin runs it
 
 
 def _probe_gqa(implementation) -> bool:
     """Whether a tiny GQA call (4 query heads, 2 kv heads, layout (B, T, N, D)) runs on the
     CPU under jit (jax 0.4.31 raised on it: it wanted another query layout)."""
-    try:
+    def probe() -> None:
         q = jnp.zeros((1, 5, 4, 8), jnp.float32)  # (B, L, H, D)
         kv = jnp.zeros((1, 5, 2, 8), jnp.float32)  # (B, S, K, D)
         call = jax.jit(lambda a, b: jax.nn.dot_product_attention(a, b, b,
                                                                  implementation=implementation))
         jax.block_until_ready(call(q, kv))
-        return True
-    except Exception:  # any failure means: GQA does not run in this layout here
-        return False
+
+    # a failure means GQA does not run in this layout here; kept with its exception
+    return probes.why_not(f"a GQA jax.nn.dot_product_attention(implementation="
+                          f"{implementation!r}) call", probe) is None
 
 
 def backend_variants() -> List[type]:
@@ -179,7 +178,8 @@ def backend_variants() -> List[type]:
     try:
         q = jnp.zeros((1, 8, 2, 64), jnp.float16, device=jax.devices("gpu")[0])
         jax.block_until_ready(jax.nn.dot_product_attention(q, q, q, implementation="cudnn"))
-    except Exception:  # cudnn absent or too old: the variant is simply not registered
+    except Exception as exc:  # cudnn absent or too old: the variant is not registered
+        probes.failed("a cudnn jax.nn.dot_product_attention call", exc)
         return []
     return [JaxNNCudnn]
 

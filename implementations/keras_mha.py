@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from suite import adapters, cache
+from suite import adapters, probes
 from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import Problem, cotangent
 
@@ -288,19 +288,16 @@ class KerasMHAWeights(KerasMHA):
 
 def _usable(dtype: str, need_weights: bool) -> bool:
     """Whether a tiny call runs in this dtype (probed once per process, cached on disk)."""
-    def probe() -> bool:
+    def probe() -> None:
         from suite.problem import make_problem
 
-        try:
-            impl = KerasMHAWeights() if need_weights else KerasMHA()
-            p = make_problem(0, B=1, L=3, E=8, H=2)
-            impl.fetch(s := impl.prepare(p, "cpu", dtype, need_weights=need_weights),
-                       impl.run(s))
-            return True
-        except Exception:  # any failure means: not usable in this dtype here
-            return False
+        impl = KerasMHAWeights() if need_weights else KerasMHA()
+        p = make_problem(0, B=1, L=3, E=8, H=2)
+        impl.fetch(s := impl.prepare(p, "cpu", dtype, need_weights=need_weights), impl.run(s))
 
-    return cache.memo(f"keras.mha[{BACKEND}] dtype:{dtype}:{need_weights}", probe)
+    # a failure is kept with the exception it caught: the reason an empty dtype list shows
+    return probes.usable(f"keras.mha[{BACKEND}] dtype:{dtype}:{need_weights}",
+                         f"a {dtype} keras.layers.MultiHeadAttention call", probe)
 
 
 def _unavailable_reason(backend: str) -> str:

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from implementations.jax_common import JaxCore
+from suite import probes
 from suite.adapters import AttendMask, form_mask, requested_form, split_mask
 from suite.plugin import INTERPRETED_CPU, WINDOW_FORMS, Deviation, Unsupported, interpreted
 from suite.problem import Problem
@@ -51,7 +52,8 @@ BWD_BLOCK = 32  # the GPU kernel's default backward blocks (block_q_dq, block_kv
 def _backend_count(platform: str) -> int:
     try:
         return len(jax.devices(platform))
-    except RuntimeError:  # no such backend here
+    except RuntimeError as exc:  # no such backend here
+        probes.failed(f"jax.devices({platform!r})", exc)
         return 0
 
 

@@ -124,8 +124,12 @@ class TorchCore(Implementation):
     # heads split from (B, L, H, D) without a copy (``transposed``, the projections' views).
     own_layout: Optional[str] = None
 
+    # The array library, shown beside the framework's version ("hf 5.24.0 on torch").
+    array_library = "torch"
+
     def framework_version(self) -> str:
-        return torch.__version__
+        # a subclass naming another framework (hf, timm, ...) reports that library's version
+        return torch.__version__ if self.framework == "torch" else super().framework_version()
 
     def devices(self) -> List[str]:
         cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] \
@@ -281,6 +285,29 @@ class TorchModuleCore(TorchCore):
             target.weight.copy_(torch.as_tensor(layer.weight))  # (out, in)
             if layer.bias is not None:
                 target.bias.copy_(torch.as_tensor(layer.bias))
+
+    def read_weights(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
+        """The weights the built module holds, under canonical names (the inverse of
+        ``load_weights``, by default from the ``nn.Linear`` layers named in ``layers``)."""
+        def value(t):
+            return None if t is None else _np(t)
+
+        return adapters.grads_from_linear({
+            role: adapters.Param(value(getattr(module, name).weight),
+                                 value(getattr(module, name).bias))
+            for role, name in self.layers.items()})
+
+    def check_wrapper(self, problem: Problem) -> List[str]:
+        """The wrapper's own translation, before any verdict on the library: the weights
+        read back from the module built and loaded for ``problem`` must equal the problem's
+        (float64). Returns what differs (empty: the round trip holds)."""
+        module = self.build_for(problem, shared_input=False).to(torch.float64).eval()
+        with torch.no_grad():
+            self.load_weights(module, problem)
+        back, want = self.read_weights(module), problem.weights.as_dict()
+        return [f"{n}: read back {None if n not in back else back[n].shape} differs from the "
+                f"problem's {w.shape}" for n, w in want.items() if w is not None
+                and (n not in back or back[n].shape != w.shape or not np.allclose(back[n], w))]
 
     def weight_grads(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         def grad(t):

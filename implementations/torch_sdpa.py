@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.torch_common import ALL_LAYOUTS, TorchCore, cuda_available
-from suite import cache
+from suite import cache, probes
 from suite.adapters import AttendMask
 from suite.plugin import Deviation, Unsupported
 
@@ -28,7 +28,8 @@ def _has_gqa() -> bool:
         F.scaled_dot_product_attention(torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 1, 4),
                                        torch.zeros(1, 1, 1, 4), enable_gqa=True)
         return True
-    except (TypeError, RuntimeError):
+    except (TypeError, RuntimeError) as exc:
+        probes.failed("F.scaled_dot_product_attention(enable_gqa=True)", exc)
         return False
 
 
@@ -159,7 +160,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
             if grad:
                 out.sum().backward()
         return bool(torch.isfinite(out).all())
-    except RuntimeError:  # "No available kernel" and its kin: this form does not run here
+    except RuntimeError as exc:  # "No available kernel" and its kin: not run here
+        probes.failed(f"an SDPA {form} call ({dtype}, {device})", exc)
         return False
 
 

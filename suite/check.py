@@ -13,7 +13,11 @@ deviation (a declared policy, observed and checked), flaky (repeated runs disagr
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import os
+import sys
 import traceback
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -100,9 +104,78 @@ def missing_features(impl: Implementation, p: Problem, extra: frozenset = frozen
     return sorted((p.features() | extra) - frozenset(declared(impl, "features")))
 
 
-def error_text(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-    where = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+_SUITE_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep
+                    for m in (sys.modules["suite"],))
+_LIBRARY_DIRS = ("site-packages", "dist-packages")
+
+
+def _plugin_files(impl: Any) -> frozenset:
+    """The files of ``impl``'s own classes: its class and the bases it shares with no
+    library or suite module (a user's base class in another file counts as the plugin)."""
+    files = set()
+    for cls in type(impl).__mro__:
+        try:
+            f = str(Path(inspect.getsourcefile(cls) or "").resolve())
+        except (TypeError, OSError):
+            continue
+        if cls is type(impl) or not (_origin(f) in ("library", "suite")
+                                     or f.startswith(_IMPLEMENTATION_DIR)):
+            files.add(f)
+    return frozenset(files)
+
+
+_IMPLEMENTATION_DIR = str(Path(_SUITE_DIRS[0]).parent / "implementations") + os.sep
+
+
+def _origin(filename: str) -> str:
+    """"library" (an installed package or the standard library), "suite" or "other"."""
+    if filename.startswith(_SUITE_DIRS) or filename.startswith(_IMPLEMENTATION_DIR):
+        return "suite"  # first: the suite may itself be installed in site-packages
+    parts = Path(filename).parts
+    if any(d in parts for d in _LIBRARY_DIRS) or filename.startswith(sys.base_prefix):
+        return "library"
+    return "other"
+
+
+def _library_name(filename: str) -> str:
+    parts = Path(filename).parts
+    for d in _LIBRARY_DIRS:
+        if d in parts and parts.index(d) + 1 < len(parts):
+            return parts[parts.index(d) + 1].removesuffix(".py")
+    return "the standard library"
+
+
+def origin(exc: BaseException, impl: Any = None) -> str:
+    """Where ``exc`` was raised, by its traceback's innermost frame: in the plugin's own file
+    ("in the plugin, my_plugin.py:23 in call"), inside an installed library ("inside torch,
+    functional.py:5000, called from my_plugin.py:23"), or in the suite."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if not frames:
+        return ""
+    own = _plugin_files(impl) if impl is not None else frozenset()
+
+    def at(f, func: bool = True) -> str:
+        return f"{Path(f.filename).name}:{f.lineno}" + (f" in {f.name}" if func else "")
+
+    resolved = [(f, str(Path(f.filename).resolve())) for f in frames]
+    last, last_file = resolved[-1]
+    mine = [f for f, name in resolved if name in own]
+    if last_file in own:
+        return f"in the plugin, {at(last)}"
+    if _origin(last_file) == "library":
+        called = f", called from {at(mine[-1], False)}" if mine else ""
+        return f"inside {_library_name(last_file)}, {at(last, False)}{called}"
+    if _origin(last_file) == "suite":
+        called = f", called from {at(mine[-1], False)}" if mine else ""
+        return f"in the suite, {at(last)}{called}"
+    return f"at {at(last, False)}"
+
+
+def error_text(exc: BaseException, impl: Any = None) -> str:
+    """``Type: message (where)``; given the plugin, where says whose code raised
+    (``origin``): the plugin's own, a library's, or the suite's."""
+    where = origin(exc, impl)
+    where = f" ({where})" if where else ""
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}" \
            f"{where}"
 
@@ -136,7 +209,7 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
         except Unsupported as exc:  # the plugin cannot express this problem: its own words
             return None, ("unsupported", str(exc) or type(exc).__name__)
         except Exception as exc:  # a plugin that raises is reported, the run goes on
-            return None, ("error", error_text(exc))
+            return None, ("error", error_text(exc, impl))
         wrong = _result_problem(res, p, grad)
         if wrong:
             return None, ("fail", wrong)

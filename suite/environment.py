@@ -10,6 +10,34 @@ LIBRARIES = ("mha-suite", "numpy", "torch", "jax", "jaxlib", "pytest-benchmark",
              "seaborn", "matplotlib", "threadpoolctl")
 
 
+# A framework name (``Implementation.framework``) -> the distribution that installs it, where
+# the two differ; any other name is looked up as a distribution, then as an import name.
+DISTRIBUTIONS = {"hf": "transformers", "transformers": "transformers", "timm": "timm",
+                 "keras": "keras", "flax": "flax", "torch": "torch", "jax": "jax",
+                 "numpy": "numpy", "triton": "triton", "xformers": "xformers",
+                 "flash_attn": "flash-attn", "sklearn": "scikit-learn"}
+
+
+def distribution_of(framework: str) -> Optional[str]:
+    """The installed distribution ``framework`` names (``hf`` -> ``transformers``; an import
+    name maps through the installed packages' top-level names), None when none is installed."""
+    name = DISTRIBUTIONS.get(framework, framework)
+    try:
+        metadata.version(name)
+        return name
+    except (metadata.PackageNotFoundError, ValueError):
+        pass
+    found = metadata.packages_distributions().get(framework.split(".")[0]) or []
+    return found[0] if found else None
+
+
+def framework_version(framework: str) -> Optional[str]:
+    """The installed version of the library ``framework`` names (the distribution's
+    metadata: nothing is imported), None when it is not installed as a distribution."""
+    dist = distribution_of(framework) if framework else None
+    return metadata.version(dist) if dist else None
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

@@ -358,7 +358,11 @@ class Implementation:
     families: ClassVar[Optional[FrozenSet[str]]] = None
 
     def framework_version(self) -> str:
-        return "unknown"
+        """The version of the library ``framework`` names (its installed distribution:
+        ``hf`` -> transformers, ``flax`` -> flax, ...), "unknown" when none is installed."""
+        from suite.environment import framework_version
+
+        return framework_version(self.framework) or "unknown"
 
     def isa(self, device: str) -> Optional[str]:
         """The CPU instruction-set level this process's array library dispatched its kernels

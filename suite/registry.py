@@ -24,7 +24,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from suite import cache
+from suite import cache, probes
 from suite.environment import library_versions
 from suite.plugin import (
     Implementation,
@@ -39,6 +39,9 @@ ENTRY_POINT_GROUP = "mha_suite.implementations"
 PLUGINS_ENV = "MHA_SUITE_PLUGINS"
 # Built-in names a --plugin class may replace (comma separated; --replace-builtin sets it).
 REPLACE_ENV = "MHA_SUITE_REPLACE_BUILTINS"
+# ``--impl plugin:SPEC`` selects the names a --plugin spec registered (``plugin:*``: every
+# --plugin spec's), never a built-in's that matches the same glob.
+PLUGIN_PREFIX = "plugin:"
 
 # name -> "module:Class" of the built-ins, with what to install when missing.
 BUILTINS: Dict[str, str] = {
@@ -176,6 +179,14 @@ def _describe(exc: BaseException) -> str:
             return f"{root} is not installed ({INSTALL_HINTS[root]})"
         return f"module {exc.name} not found"
     return f"{type(exc).__name__}: {first}" if not isinstance(exc, Unavailable) else first
+
+
+def _spec_target(spec: str) -> str:
+    """The file (resolved) or module a --plugin spec loads, without its ``:Class``."""
+    target = spec.partition(":")[0] if not _is_windows_drive(spec) else spec
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        return str(Path(target).resolve())
+    return target
 
 
 def _load_object(spec: str) -> object:
@@ -417,17 +428,22 @@ class Registry:
         if name in self._entries and not clobber:
             raise ValueError(f"implementation {name!r} is already registered "
                              f"(from {self._entries[name].source}); pass clobber=True to replace")
-        try:
-            check_interface(cls)
-            impl = cls()
-            check_instance(impl)
-            entry = Entry(name, source, impl=impl)
-            if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
-                entry = Entry(name, source, error=f"runs on no device and dtype here "
-                                                  f"(devices {list(impl.devices())}, none with "
-                                                  f"a dtype its probes ran)")
-        except Exception as exc:  # a plugin that fails to construct is listed, not fatal
-            entry = Entry(name, source, error=_describe(exc))
+        # the failures of the probes it runs (or reads from the cache) while it is checked:
+        # an unavailable one shows the exceptions they caught, not only an empty list
+        with probes.capture() as failed:
+            try:
+                check_interface(cls)
+                impl = cls()
+                check_instance(impl)
+                entry = Entry(name, source, impl=impl)
+                if source == "builtin" and not runs_anywhere(impl):  # listed with the reason
+                    entry = Entry(name, source, error=f"runs on no device and dtype here "
+                                                      f"(devices {list(impl.devices())}, none "
+                                                      f"with a dtype its probes ran"
+                                                      f"{''.join('; ' + f for f in failed)})")
+            except Exception as exc:  # a plugin that fails to construct is listed, not fatal
+                why = f" ({'; '.join(failed)})" if failed else ""
+                entry = Entry(name, source, error=_describe(exc) + why)
         self._entries[name] = entry
         return entry
 
@@ -548,14 +564,40 @@ class Registry:
             except Exception as exc:
                 self.record_error(ep.name, source, _describe(exc))
 
+    def _from_plugins(self, spec: str) -> List[Entry]:
+        """The entries a --plugin spec registered (``plugin:`` selections): ``*`` all of
+        them, else those whose file or module is ``spec``'s (a path compares resolved, so
+        ``plugin:f.py`` picks every class of ``f.py`` and of ``f.py:Class``) or matches it
+        as a glob."""
+        want = _spec_target(spec)
+        out = []
+        for e in self._entries.values():
+            if not e.source.startswith("plugin "):
+                continue
+            own = e.source[len("plugin "):]
+            if spec == "*" or own == spec or _spec_target(own) == want \
+                    or fnmatch.fnmatchcase(own, spec) \
+                    or fnmatch.fnmatchcase(own.partition(":")[0], spec):
+                out.append(e)
+        return out
+
     def select(self, patterns: Optional[Iterable[str]] = None,
                available_only: bool = True) -> List[Entry]:
         """Entries matching any name or glob; an unmatched pattern raises."""
         patterns = list(patterns or ["*"])
         chosen: Dict[str, Entry] = {}
         for pattern in patterns:
-            hits = [e for n, e in self._entries.items()
-                    if fnmatch.fnmatchcase(n, pattern) or n == pattern]
+            if pattern.startswith(PLUGIN_PREFIX):
+                hits = self._from_plugins(pattern[len(PLUGIN_PREFIX):])
+            else:
+                hits = [e for n, e in self._entries.items()
+                        if fnmatch.fnmatchcase(n, pattern) or n == pattern]
+            if not hits and pattern.startswith(PLUGIN_PREFIX):
+                specs = sorted({e.source[len("plugin "):] for e in self._entries.values()
+                                if e.source.startswith("plugin ")})
+                raise UnknownImplementation(
+                    f"no implementation registered by {pattern!r}; --plugin specs here: "
+                    f"{', '.join(specs) or 'none'}")
             if not hits:
                 known = ", ".join(sorted(self._entries))
                 raise UnknownImplementation(

@@ -16,7 +16,10 @@ from suite import registry as _registry
 # (flag, argparse/pytest keyword arguments): the one declaration of each selection option.
 IMPL_OPTION = ("--impl", dict(action="append", default=[], metavar="GLOB",
                               help="implementation name or glob, e.g. 'torch.*' (repeatable; "
-                                   "default all available)"))
+                                   "default all available); 'plugin:path/to/file.py' (or a "
+                                   "module) selects only the names that --plugin spec "
+                                   "registers, 'plugin:*' those of every --plugin, never a "
+                                   "built-in's"))
 PLUGIN_OPTION = ("--plugin", dict(action="append", default=[], metavar="SPEC",
                                   help="register an implementation: module:Class or "
                                        "path/to/file.py[:Class] (repeatable; also "

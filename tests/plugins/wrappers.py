@@ -1,0 +1,73 @@
+"""Planted wrappers of a small torch module (and one JAX one), as a user writes them with the
+module cores: a correct one, one whose own ``call`` raises, one that hands torch an argument it
+refuses, and one whose ``load_weights`` transposes the weights (the wrapper's bug, not the
+library's). Their ``framework`` names another library than the core's array library."""
+
+import torch
+
+from implementations.jax_common import JaxModuleCore
+from implementations.torch_common import TorchModuleCore
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, E: int, H: int):
+        super().__init__()
+        self.H = H
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            torch.nn.Linear(E, E) for _ in range(4))
+
+    def forward(self, q, k, v, mask, softmax_dim=-1):
+        B, L, E = q.shape
+        heads = [p(x).view(B, x.shape[1], self.H, -1).transpose(1, 2)
+                 for p, x in ((self.q_proj, q), (self.k_proj, k), (self.v_proj, v))]
+        scores = heads[0] @ heads[1].transpose(-1, -2) / heads[0].shape[-1] ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.nn.functional.softmax(scores, dim=softmax_dim)
+        return self.out_proj((weights @ heads[2]).transpose(1, 2).reshape(B, L, E))
+
+
+class Wrapped(TorchModuleCore):
+    name = "wrap.ok"
+    framework = "hf"  # a torch module from another library: its version is that library's
+    features = frozenset({"cross", "bool_mask"})
+
+    def build(self, p):
+        return Attention(p.E, p.H)
+
+    def call(self, module, query, key, value, mask, need_weights):
+        return module(query, key, value, mask.mask), None
+
+
+class OwnBug(Wrapped):
+    name = "wrap.own_bug"
+
+    def call(self, module, query, key, value, mask, need_weights):
+        options = {"mask": mask.mask}
+        return module(query, key, value, options["attn_mask"]), None  # the wrapper's typo
+
+
+class LibraryRefuses(Wrapped):
+    name = "wrap.library_refuses"
+
+    def call(self, module, query, key, value, mask, need_weights):
+        return module(query, key, value, mask.mask, softmax_dim=7), None  # torch raises
+
+
+class Transposed(Wrapped):
+    name = "wrap.transposed"
+
+    def load_weights(self, module, problem):
+        for role, layer in self.layers.items():
+            w = getattr(problem.weights, f"w_{role}")
+            getattr(module, layer).weight.copy_(torch.as_tensor(w))  # (in, out): not transposed
+            getattr(module, layer).bias.copy_(torch.as_tensor(getattr(problem.weights,
+                                                                      f"b_{role}")))
+
+
+class FlaxNamed(JaxModuleCore):
+    name = "wrap.flax"
+    framework = "flax"
+
+    def call(self, module, params, query, key, value, mask, need_weights):
+        raise NotImplementedError
