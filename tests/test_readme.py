@@ -163,3 +163,22 @@ def test_whole_hf_model_example_runs_the_models_own_mask(cli, tmp_path):
                 ("masking", "causal"), ("hypothesis", "random_shapes")):
         assert outcome[key] == "pass", key
     assert outcome[("mask_forms", "kpm_bool")] == "unsupported"
+
+
+def test_vision_module_example_runs_its_self_attention_cases(cli, tmp_path):
+    """The README's NCHW module with a fused 1x1 q/k/v convolution passes the cases it can
+    run; the map read upside down (another position order than the output's) fails."""
+    code = _block_with("Testing your own module", "image_input = True")
+    records = _run_example(cli, tmp_path, code, 20, "mine.conv_attention", "-k",
+                           "not lanes and not tiles and not layouts")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    assert set(outcome.values()) <= {"pass", "unsupported"}, outcome
+    assert sum(o == "pass" for o in outcome.values()) >= 3, outcome
+    assert outcome[("shapes", "self_attention")] == "pass"
+    wrong = code.replace("module(query), None", "module(query.flip(2)), None")
+    assert wrong != code
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(wrong)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.conv_attention",
+               "--dtype", "float32", "--workers", "0", "-k", "self_attention")
+    assert proc.returncode == 1, proc.stdout[-3000:]
