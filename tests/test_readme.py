@@ -182,3 +182,24 @@ def test_vision_module_example_runs_its_self_attention_cases(cli, tmp_path):
     proc = cli("check", "--plugin", str(plugin), "--impl", "mine.conv_attention",
                "--dtype", "float32", "--workers", "0", "-k", "self_attention")
     assert proc.returncode == 1, proc.stdout[-3000:]
+
+
+def test_keras_layer_option_example_reaches_the_layer_and_runs_the_cases(cli, tmp_path):
+    """The README's keras.mha subclass builds its layer with the option and passes the
+    masking cases the built-in passes."""
+    pytest.importorskip("implementations.keras_mha")  # keras on this process's backend
+    code = _block_with("Testing your own module", "layer_kwargs")
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    from implementations.keras_mha import build_layer
+    from suite.problem import make_problem
+
+    layer = build_layer(make_problem(0, B=1, L=3, E=8, H=2), "float32",
+                        **scope["Axes"].layer_kwargs)
+    assert tuple(layer.get_config()["attention_axes"]) == (1,)
+    records = _run_example(cli, tmp_path, code, 20, "mine.keras*", "-k",
+                           "masking and (valid_lens or causal or none)")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for case in ("none", "valid_lens", "causal"):
+        assert outcome[("masking", case)] == "pass", case
+    assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
