@@ -66,14 +66,17 @@ FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask"
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def build_layer(p: Problem, dtype: str):
-    """A built ``MultiHeadAttention`` holding the canonical weights (EinsumDense layouts)."""
+def build_layer(p: Problem, dtype: str, **options: Any):
+    """A built ``MultiHeadAttention`` holding the canonical weights (EinsumDense layouts);
+    ``options``: more constructor arguments (``attention_axes``, ``dropout``...), over the
+    ones the problem sets."""
     w = p.weights
     present = [b is not None for b in (w.b_q, w.b_k, w.b_v, w.b_o)]
     if any(present) and not all(present):
         raise Unsupported("Keras's use_bias is all or nothing: the problem has only some biases")
-    layer = keras.layers.MultiHeadAttention(num_heads=p.H, key_dim=p.D, value_dim=p.D,
-                                            use_bias=all(present), dtype=dtype)
+    layer = keras.layers.MultiHeadAttention(**{
+        "num_heads": p.H, "key_dim": p.D, "value_dim": p.D, "use_bias": all(present),
+        "dtype": dtype, **options})
     layer.build((p.B, p.L, p.E), (p.B, p.S, p.E), (p.B, p.S, p.E))
     kernels = adapters.to_einsum(w, p.H)  # q/k/v (E, H, D), o (H, D, E)
     for role, dense in zip("qkvo", (layer.query_dense, layer.key_dense, layer.value_dense,
@@ -135,6 +138,9 @@ class KerasMHA(Implementation):
     features = FEATURES
     mask_forms = MASK_FORMS
     with_weights = False
+    # More constructor arguments for the layer: a subclass sets one option, e.g.
+    # ``layer_kwargs = {"attention_axes": (1,)}`` (the weights still go in canonically).
+    layer_kwargs: Dict[str, Any] = {}
     deviations: Dict[str, Deviation] = {
         "fully_masked_rows": Deviation(
             "mean_values", "a query row with no key to attend gives the mean of the values, not "
@@ -167,7 +173,7 @@ class KerasMHA(Implementation):
         # weights) times the path its name says.
         kw["return_attention_scores"] = need_weights or self.with_weights
         with keras.device("cpu"):
-            layer = build_layer(p, dtype)
+            layer = build_layer(p, dtype, **self.layer_kwargs)
             x = [keras.ops.convert_to_tensor(a, dtype=dtype) for a in (p.query, p.key, p.value)]
             for name in ("attention_mask", "value_mask", "query_mask"):
                 if kw.get(name) is not None:

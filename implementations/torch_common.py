@@ -32,7 +32,8 @@ top-left causal) and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ import torch
 from suite import adapters
 from suite.adapters import AttendMask, attend_mask
 from suite.layouts import LAYOUTS, requested_layout
-from suite.plugin import Implementation, Result
+from suite.plugin import Implementation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
@@ -229,6 +230,11 @@ class TorchModuleCore(TorchCore):
     (the module for a problem) and ``call`` (one forward); weights go in and gradients come
     back through ``suite.adapters``, by default in the ``nn.Linear`` layout of the four
     submodules named in ``layers`` (override ``load_weights``/``weight_grads`` for others).
+    A ``layers`` entry is a dotted path (``"attn.q_proj"``) of a module with ``weight`` (out,
+    in) and ``bias``: an ``nn.Linear`` or a 1x1 convolution (out, in, 1, 1); the role
+    ``"qkv"`` names one fused layer whose rows are q, then k, then v (timm's ``qkv``); an
+    ``Einsum`` entry names a bare parameter in an einsum layout (a multi-query module's
+    ``query_proj`` (H, D, E): ``Einsum("query_proj", "h d e")``).
 
     The mask reaches ``call`` as ``suite.adapters.MaskParts`` split with ``mask_split``
     (default: everything in one per-head boolean ``mask``, True = attend; per problem:
@@ -239,10 +245,13 @@ class TorchModuleCore(TorchCore):
     """
 
     features = frozenset({"cross", "grad"})  # declare what the module really handles
-    layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
+    layers: Dict[str, Any] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
     mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,
                                   "native_causal": (), "per_head": True}
     batch_first = True  # False: inputs, output and cotangent are sequence first, (L, B, E)
+    # True: a vision module's NCHW feature map: ``call`` gets the query as (B, E, H', W'),
+    # L = H' * W' (``adapters.to_image``), returns its output so, and self-attention only.
+    image_input = False
 
     def mask_split_for(self, problem: Problem) -> Dict[str, Any]:
         """``split_mask``'s arguments for ``problem`` (default: the class's ``mask_split``).
@@ -280,11 +289,23 @@ class TorchModuleCore(TorchCore):
                          ("bias", parts.bias))})
 
     def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
-        for role, layer in adapters.to_linear(problem.weights).items():
-            target = getattr(module, self.layers[role])
-            target.weight.copy_(torch.as_tensor(layer.weight))  # (out, in)
-            if layer.bias is not None:
-                target.bias.copy_(torch.as_tensor(layer.bias))
+        p = problem
+        _SIZES[module] = (p.E, p.H, p.K)
+        linear = adapters.to_linear(p.weights)
+        if "qkv" in self.layers:
+            linear["qkv"] = adapters.to_linear_fused(p.weights)
+        for role, where in self.layers.items():
+            if isinstance(where, Einsum):
+                param = adapters.to_layout(p.weights, role, where.axes, p.H, p.K, where.bias_axes)
+                weight, bias = where.tensors(module)
+            else:  # nn.Linear layout; a 1x1 convolution's (out, in, 1, 1) holds the same
+                param, layer = linear[role], module.get_submodule(where)
+                weight, bias = layer.weight, layer.bias
+            weight.copy_(torch.as_tensor(param.weight).reshape(weight.shape))
+            if param.bias is not None:
+                if bias is None:
+                    raise Unsupported(f"{where} has no bias, the problem has one")
+                bias.copy_(torch.as_tensor(param.bias).reshape(bias.shape))
 
     def read_weights(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         """The weights the built module holds, under canonical names (the inverse of
@@ -313,19 +334,42 @@ class TorchModuleCore(TorchCore):
         def grad(t):
             return None if t is None or t.grad is None else _np(t.grad)
 
-        return adapters.grads_from_linear({
-            role: adapters.Param(grad(getattr(module, name).weight),
-                                 grad(getattr(module, name).bias))
-            for role, name in self.layers.items()})
+        E, H, K = _SIZES.get(module, (0, 1, 1))  # needed by "qkv" and ``Einsum`` only
+        per_role: Dict[str, adapters.Param] = {}
+        for role, where in self.layers.items():
+            if isinstance(where, Einsum):
+                weight, bias = where.tensors(module)
+                per_role[role] = adapters.Param(*adapters.grad_from_layout(
+                    adapters.Param(grad(weight), grad(bias)), role, where.axes, E, H, K,
+                    where.bias_axes))
+                continue
+            layer = module.get_submodule(where)
+            g = adapters.Param(grad(layer.weight), grad(layer.bias))
+            g = g._replace(weight=g.weight.reshape(g.weight.shape[0], -1))  # 1x1 conv: 2-D
+            for r, lin in (adapters.split_linear_fused(g, H * (E // H)).items()
+                           if role == "qkv" else ((role, g),)):
+                per_role[r] = adapters.Param(lin.weight.T, lin.bias)  # canonical (in, out)
+        return adapters.grads_from_conv1d(per_role)
 
     def _layout(self, a: np.ndarray) -> np.ndarray:
-        """(B, L, E) -> the layout ``call`` takes: as is, or sequence first (L, B, E)."""
+        """(B, L, E) -> the layout ``call`` takes: as is, sequence first (L, B, E) or an
+        image (B, E, H', W')."""
+        if self.image_input:
+            return adapters.to_image(a)
+        return a if self.batch_first else np.swapaxes(a, 0, 1)
+
+    def _unlayout(self, a: np.ndarray) -> np.ndarray:
+        """The inverse of ``_layout``: back to (B, L, E)."""
+        if self.image_input:
+            return adapters.from_image(a)
         return a if self.batch_first else np.swapaxes(a, 0, 1)
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
         p, (dev, t) = problem, self.target(device, dtype)
         shared = self.shares_input(p, grad)
+        if self.image_input:
+            _check_one_map(p, grad)
         # Cast first, then load: the canonical float64 weights are rounded once, to the run's
         # dtype (loading into a float32 module first would round float64 runs to float32).
         module = self.build_for(p, shared_input=shared).to(dev, t).eval()
@@ -361,14 +405,48 @@ class TorchModuleCore(TorchCore):
 
     def fetch(self, state: Dict[str, Any], handle) -> Result:
         result = super().fetch(state, handle)
-        if not self.batch_first:  # back to (B, L, E)
-            result.output = np.swapaxes(result.output, 0, 1)
+        if self.image_input or not self.batch_first:  # back to (B, L, E)
+            result.output = self._unlayout(result.output)
             if state["grad"]:
-                result.grads = {n: np.swapaxes(g, 0, 1) if n in state["tensors"] else g
+                result.grads = {n: self._unlayout(g) if n in state["tensors"] else g
                                 for n, g in result.grads.items()}
         if state["grad"]:
             result.grads = {**result.grads, **self.weight_grads(state["module"])}
         return result
+
+
+class Einsum(NamedTuple):
+    """A ``TorchModuleCore.layers`` entry for a projection held as bare parameters: the
+    dotted path of the weight, its axes in ``suite.adapters.rearrange`` letters (e model
+    width, h heads: H for q and o, K for k and v, d head width), and optionally the path of
+    its bias and the bias's axes (default canonical: "(h d)", "e" for o)."""
+
+    weight: str
+    axes: str
+    bias: Optional[str] = None
+    bias_axes: Optional[str] = None
+
+    def tensors(self, module: torch.nn.Module):
+        return (module.get_parameter(self.weight),
+                None if self.bias is None else module.get_parameter(self.bias))
+
+
+# (E, H, K) of the problem whose weights a module holds, for mapping its gradients back.
+_SIZES: weakref.WeakKeyDictionary[torch.nn.Module, Tuple[int, int, int]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _check_one_map(p: Problem, grad: bool) -> None:
+    """A module that takes one feature map attends it to itself."""
+    same = p.query is p.key is p.value or (
+        np.array_equal(p.query, p.key, equal_nan=True)
+        and np.array_equal(p.key, p.value, equal_nan=True))
+    if not same:
+        raise Unsupported("a feature map attends itself: query, key and value must be the "
+                          "same array")
+    if grad:
+        raise Unsupported("one feature map goes in: only the sum of the query, key and value "
+                          "gradients exists")
 
 
 def zero_dead_values(v: torch.Tensor, mask: AttendMask) -> torch.Tensor:

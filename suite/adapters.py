@@ -44,6 +44,7 @@ need_weights)``, for the NumPy, torch and JAX cores.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -625,3 +626,129 @@ def grads_from_conv1d_packed(grads: Mapping[str, Param], num_heads: int,
     q, k, v = np.split(wa, cuts, axis=1)
     bq, bk, bv = (None, None, None) if ba is None else np.split(ba, cuts)
     return _canonical(q, k, v, _np(g_proj.weight), bq, bk, bv, _np(g_proj.bias))
+
+
+def to_linear_fused(w: Weights) -> Param:
+    """One ``nn.Linear`` computing q, k and v (timm's ``qkv``, a 1x1 convolution's
+    ``qkv``): weight (H*D + 2*K*D, E), its rows q, then k, then v; bias likewise."""
+    lin = to_linear(w)
+    bias = None if w.b_q is None else np.concatenate([lin[r].bias for r in "qkv"])
+    return Param(np.concatenate([lin[r].weight for r in "qkv"]), bias)
+
+
+def split_linear_fused(grad: Param, q_rows: int) -> Dict[str, Param]:
+    """A fused q/k/v gradient (``to_linear_fused``'s layout, ``q_rows`` = H*D) -> role ->
+    Param in the ``nn.Linear`` layout (k and v share the remaining rows equally)."""
+    w, b = _np(grad.weight), _np(grad.bias)
+    cuts = [q_rows, q_rows + (w.shape[0] - q_rows) // 2]
+    ws, bs = np.split(w, cuts), ([None] * 3 if b is None else np.split(b, cuts))
+    return {r: Param(ws[i], bs[i]) for i, r in enumerate("qkv")}
+
+
+def _groups(axes: str) -> Tuple[Tuple[str, ...], ...]:
+    """"h (d e)" -> (("h",), ("d", "e")): an array's axes, parentheses joining atoms."""
+    out, group = [], None
+    for tok in re.findall(r"\(|\)|\w+", axes):
+        if tok == "(":
+            group = []
+        elif tok == ")":
+            out.append(tuple(group or ()))
+            group = None
+        elif group is not None:
+            group.append(tok)
+        else:
+            out.append((tok,))
+    return tuple(out)
+
+
+def rearrange(a, src: str, dst: str, **sizes: int) -> np.ndarray:
+    """``a`` with axes ``src`` rearranged to axes ``dst`` (einops notation: names, with
+    parentheses for axes merged into one, row-major), e.g. ``rearrange(w_q, "e (h d)",
+    "h d e", h=H)``. An atom on one side only must have size 1 (MQA's single kv head: "e (h
+    d)" with h = 1 -> "e d"); ``sizes`` give what the shape cannot tell."""
+    a = np.asarray(a)
+    src_g, dst_g = _groups(src), _groups(dst)
+    if len(src_g) != a.ndim:
+        raise ValueError(f"rearrange: {src!r} names {len(src_g)} axes, the array has {a.ndim}")
+    known = dict(sizes)
+    for group, n in zip(src_g, a.shape):
+        unknown = [x for x in group if x not in known]
+        if len(unknown) > 1:
+            raise ValueError(f"rearrange: give the sizes of {unknown[1:]} (axis {group})")
+        if unknown:
+            known[unknown[0]] = n // int(np.prod([known[x] for x in group if x in known]))
+        if int(np.prod([known[x] for x in group])) != n:
+            raise ValueError(f"rearrange: axis {group} of size {n} is not {known}")
+    src_atoms = [x for g in src_g for x in g]
+    dst_atoms = [x for g in dst_g for x in g]
+    for x in set(src_atoms) ^ set(dst_atoms):
+        if known.get(x, 1) != 1:
+            raise ValueError(f"rearrange: {x!r} (size {known[x]}) is in one of {src!r} and "
+                             f"{dst!r} only")
+    common = [x for x in src_atoms if x in dst_atoms]
+    a = a.reshape([known[x] for x in common])  # atoms of size 1 dropped
+    a = a.transpose([common.index(x) for x in dst_atoms if x in common])
+    return a.reshape([int(np.prod([known.get(x, 1) for x in g])) for g in dst_g])
+
+
+# The canonical weights' axes in ``rearrange``'s letters: e model width, h heads (H for q
+# and o, K for k and v), d head width.
+CANONICAL_AXES = {"q": ("e (h d)", "(h d)"), "k": ("e (h d)", "(h d)"),
+                  "v": ("e (h d)", "(h d)"), "o": ("(h d) e", "e")}
+
+
+def to_layout(w: Weights, role: str, axes: str, num_heads: int,
+              num_kv_heads: Optional[int] = None, bias_axes: Optional[str] = None) -> Param:
+    """Projection ``role`` ("q"|"k"|"v"|"o") as an array with ``axes`` (letters e, h, d,
+    as ``rearrange``; h is H for q and o, K for k and v), e.g. a multi-query module's
+    ``query_proj`` (H, D, E) = ``to_layout(w, "q", "h d e", H)``; its bias with
+    ``bias_axes`` (default: canonical, "(h d)" or "e")."""
+    weight, bias = {"q": (w.w_q, w.b_q), "k": (w.w_k, w.b_k), "v": (w.w_v, w.b_v),
+                    "o": (w.w_o, w.b_o)}[role]
+    sizes = _head_sizes(w, role, num_heads, num_kv_heads)
+    src, src_b = CANONICAL_AXES[role]
+    return Param(rearrange(weight, src, axes, **sizes),
+                 None if bias is None else rearrange(bias, src_b, bias_axes or src_b, **sizes))
+
+
+def grad_from_layout(grad: Param, role: str, axes: str, E: int, num_heads: int,
+                     num_kv_heads: Optional[int] = None, bias_axes: Optional[str] = None
+                     ) -> Param:
+    """A gradient in ``to_layout``'s layout -> Param in the canonical layout of ``role``."""
+    h = num_heads if role in ("q", "o") or num_kv_heads is None else num_kv_heads
+    sizes = {"e": E, "h": h, "d": None}
+    src, src_b = CANONICAL_AXES[role]
+    w = _np(grad.weight)
+    sizes["d"] = w.size // (E * h)
+    b = _np(grad.bias)
+    return Param(rearrange(w, axes, src, **sizes),
+                 None if b is None else rearrange(b, bias_axes or src_b, src_b, **sizes))
+
+
+def _head_sizes(w: Weights, role: str, num_heads: int, num_kv_heads: Optional[int]
+                ) -> Dict[str, int]:
+    E, HD, _ = _shapes(w)
+    K = num_heads if num_kv_heads is None else num_kv_heads
+    return {"e": E, "h": num_heads if role in ("q", "o") else K, "d": HD // num_heads}
+
+
+def image_size(L: int) -> Tuple[int, int]:
+    """(H', W') with H' * W' == L, as square as L allows (H' <= W'; a prime L is (1, L)):
+    the feature map a sequence of L positions is read as."""
+    h = int(np.sqrt(L))
+    while L % h:
+        h -= 1
+    return h, L // h
+
+
+def to_image(a: np.ndarray) -> np.ndarray:
+    """(B, L, E) -> (B, E, H', W') (NCHW, ``image_size(L)``), position l at row l // W',
+    column l % W' (the order of ``x.flatten(2)``, as vision modules flatten a map)."""
+    B, L, E = a.shape
+    return np.ascontiguousarray(np.swapaxes(a, 1, 2).reshape(B, E, *image_size(L)))
+
+
+def from_image(a) -> np.ndarray:
+    """(B, E, H', W') -> (B, L, E), the inverse of ``to_image``."""
+    a = np.asarray(a)
+    return np.swapaxes(a.reshape(*a.shape[:2], -1), 1, 2)

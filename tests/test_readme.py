@@ -163,3 +163,43 @@ def test_whole_hf_model_example_runs_the_models_own_mask(cli, tmp_path):
                 ("masking", "causal"), ("hypothesis", "random_shapes")):
         assert outcome[key] == "pass", key
     assert outcome[("mask_forms", "kpm_bool")] == "unsupported"
+
+
+def test_vision_module_example_runs_its_self_attention_cases(cli, tmp_path):
+    """The README's NCHW module with a fused 1x1 q/k/v convolution passes the cases it can
+    run; the map read upside down (another position order than the output's) fails."""
+    code = _block_with("Testing your own module", "image_input = True")
+    records = _run_example(cli, tmp_path, code, 20, "mine.conv_attention", "-k",
+                           "not lanes and not tiles and not layouts")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    assert set(outcome.values()) <= {"pass", "unsupported"}, outcome
+    assert sum(o == "pass" for o in outcome.values()) >= 3, outcome
+    assert outcome[("shapes", "self_attention")] == "pass"
+    wrong = code.replace("module(query), None", "module(query.flip(2)), None")
+    assert wrong != code
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(wrong)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.conv_attention",
+               "--dtype", "float32", "--workers", "0", "-k", "self_attention")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+
+
+def test_keras_layer_option_example_reaches_the_layer_and_runs_the_cases(cli, tmp_path):
+    """The README's keras.mha subclass builds its layer with the option and passes the
+    masking cases the built-in passes."""
+    pytest.importorskip("implementations.keras_mha")  # keras on this process's backend
+    code = _block_with("Testing your own module", "layer_kwargs")
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    from implementations.keras_mha import build_layer
+    from suite.problem import make_problem
+
+    layer = build_layer(make_problem(0, B=1, L=3, E=8, H=2), "float32",
+                        **scope["Axes"].layer_kwargs)
+    assert tuple(layer.get_config()["attention_axes"]) == (1,)
+    records = _run_example(cli, tmp_path, code, 20, "mine.keras*", "-k",
+                           "masking and (valid_lens or causal or none)")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for case in ("none", "valid_lens", "causal"):
+        assert outcome[("masking", case)] == "pass", case
+    assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
