@@ -10,7 +10,7 @@ bit for bit. gradients: the gradients of ``sum(out * g)`` against the float64 or
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -103,7 +103,9 @@ def _judge_batch(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     return out
 
 
-@case("properties", "batch_equals_items", judge=_judge_batch, into=CASES)
+# The property does not rest on the mask: a self-attention module without the mask's
+# feature runs it unmasked (``Case.mask_optional``).
+@case("properties", "batch_equals_items", judge=_judge_batch, into=CASES, mask_optional=True)
 def _batch_problem(seed: int) -> Problem:
     """A batched call equals the per-item calls."""
     return make_problem(seed, 3, 8, 8, 16, 2, mask=Mask(valid_lens=np.array([8, 3, 6])))
@@ -119,7 +121,7 @@ def _judge_repeatable(impl: Implementation, out: Outcome, p: Problem) -> Outcome
     return out
 
 
-@case("properties", "repeatable", judge=_judge_repeatable, into=CASES)
+@case("properties", "repeatable", judge=_judge_repeatable, into=CASES, mask_optional=True)
 def _repeatable_problem(seed: int) -> Problem:
     """Two identical calls give bit-identical results."""
     return make_problem(seed, 2, 12, 12, 16, 4, mask=Mask(causal=True))
@@ -170,18 +172,21 @@ def _judge_gradient(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     return out
 
 
-def _gradient_case(name: str, doc: str, **kw) -> None:
-    def build(seed: int) -> Problem:
+def _gradient_case(name: str, doc: str, square: Optional[int] = None, **kw) -> None:
+    """``square``: the self-attention form's length where the problem is not square."""
+    def build(seed: int, square: Optional[int] = None) -> Problem:
         mask = kw.get("mask")
-        return make_problem(seed, *kw["shape"], bias=kw.get("bias", True),
-                            mask=mask(seed) if mask else None)
+        B, L, S, *rest = kw["shape"]
+        L, S = (L, S) if square is None else (square, square)
+        return make_problem(seed, B, L, S, *rest, bias=kw.get("bias", True),
+                            mask=mask(seed) if mask else None, self_attention=square is not None)
     build.__doc__ = doc
-    case("gradients", name, judge=_judge_gradient, into=CASES)(build)
+    case("gradients", name, judge=_judge_gradient, into=CASES, square=square)(build)
 
 
 _gradient_case("plain", "Unmasked self-shaped attention.", shape=(2, 6, 6, 16, 2))
 _gradient_case("cross_no_bias", "Cross-attention, Lq != Lk, projections without biases.",
-               shape=(2, 5, 9, 16, 4), bias=False)
+               shape=(2, 5, 9, 16, 4), bias=False, square=9)
 _gradient_case("masked", "valid_lens and causal.", shape=(2, 7, 7, 16, 2),
                mask=lambda s: Mask(valid_lens=np.array([7, 4]), causal=True))
 _gradient_case("gqa", "GQA: H = 4 query heads share K = 2 kv heads.", shape=(2, 6, 6, 32, 4, 2))
