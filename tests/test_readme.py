@@ -1,4 +1,5 @@
-"""The README's "Testing your own module" example runs as printed, on both code paths."""
+"""The manual's recipes for your own module (README.md, docs/own-module/*.md) run as printed,
+with the verdicts their text states."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from tests.conftest import ROOT
 pytest.importorskip("torch")
 
 
+# The pages of the manual that hold the recipes (docs/ is the mkdocs site).
+PAGES = {"Testing your own module": ("docs/own-module/torch.md", "docs/own-module/jax.md",
+                                     "docs/own-module/hf-model.md", "docs/own-module/keras.md",
+                                     "docs/own-module/vision.md"),
+         "Testing your own GPU kernel without a GPU": ("docs/own-module/gpu-kernel.md",)}
+
+
 def _section_code(title: str, containing: str = "") -> str:
-    """The section's first Python block (the first that contains ``containing``)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if containing in b)
+    """The first Python block of the pages of ``title`` that contains ``containing``."""
+    text = "\n".join((ROOT / page).read_text() for page in PAGES[title])
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if containing in b)
 
 
 def _run_example(cli, tmp_path, code: str, max_lines: int, impl: str, *args: str):
@@ -71,8 +78,8 @@ def test_own_gpu_kernel_example_runs_under_the_triton_interpreter(cli, tmp_path)
 
 
 def _block_after(marker: str) -> str:
-    """The first python block after ``marker`` in the README."""
-    text = (ROOT / "README.md").read_text().split(marker, 1)[1]
+    """The first python block after ``marker`` on the torch module's page."""
+    text = (ROOT / "docs" / "own-module" / "torch.md").read_text().split(marker, 1)[1]
     return re.search(r"```python\n(.*?)```", text, re.S).group(1)
 
 
@@ -112,14 +119,12 @@ def test_head_grouping_example():
 
 
 def _block_with(title: str, marker: str) -> str:
-    """The python block of README section ``title`` that contains ``marker``."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if marker in b)
+    """The python block of the pages of ``title`` that contains ``marker``."""
+    return _section_code(title, marker)
 
 
 def test_bias_free_module_example_runs_the_cases_and_hypothesis_without_biases(cli, tmp_path):
-    """The README's bias-free module runs every fixed case and the Hypothesis examples; the
+    """The manual's bias-free module runs every fixed case and the Hypothesis examples; the
     same module with biases it does not declare (nn.Linear's default) is caught."""
     code = _block_with("Testing your own module", "projection_bias = False")
     assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
@@ -152,7 +157,7 @@ def test_bias_free_module_example_runs_the_cases_and_hypothesis_without_biases(c
 
 
 def test_whole_hf_model_example_runs_the_models_own_mask(cli, tmp_path):
-    """The README's Qwen2 model on HFModelCore: its causal mask beside padding passes, a
+    """The manual's Qwen2 model on HFModelCore: its causal mask beside padding passes, a
     problem that is not causal is unsupported (the model is a decoder)."""
     pytest.importorskip("transformers")
     code = _block_with("Testing your own module", "HFModelCore")
@@ -203,3 +208,14 @@ def test_keras_layer_option_example_reaches_the_layer_and_runs_the_cases(cli, tm
     for case in ("none", "valid_lens", "causal"):
         assert outcome[("masking", case)] == "pass", case
     assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
+
+
+def test_readme_ten_line_example_runs_the_masking_cases(cli, tmp_path):
+    """The README's own example: at most ten lines, and every masking case passes or is a
+    declared deviation."""
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    records = _run_example(cli, tmp_path, code, 10, "mine.attention", "-k", "masking")
+    outcomes = {r["case"]: r["outcome"] for r in records}
+    assert sum(o == "pass" for o in outcomes.values()) > 10, outcomes
+    assert not {o for o in outcomes.values()} - {"pass", "deviation", "unsupported"}, outcomes

@@ -1,0 +1,96 @@
+"""Every standalone reproducer under docs/repro/ runs, and still shows its behaviour on the
+pinned versions. One that runs but no longer shows it is reported (a warning naming it and
+what it printed, and a line in ``repro-status.json`` under pytest's temporary folder), not
+failed and not deleted: a library that fixed a bug is news, and the findings catalogue keeps
+the record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from tests.conftest import ROOT
+
+REPRO = ROOT / "docs" / "repro"
+
+# folder -> (the library it needs, extra environment, what its output says when it shows the
+# behaviour). A new reproducer adds its line here (a test checks that every folder has one).
+SHOWS = {
+    "flax-causal-broadcast-mask": ("flax", {}, r"explicit path raises"),
+    # fixed in transformers 5.2: on newer pins it prints "ok" (the behaviour is gone there)
+    "hf-gpt2-eager-causal-buffer": ("transformers", {}, r"vs unmasked attention [1-9]|^ok$"),
+    "hf-gpt2-scale-by-layer-fp16-overflow": (
+        "transformers", {}, r"eager reorder_and_upcast_attn=False: NaN in [1-9]"),
+    "hf-gpt2-upcast-dtypes": ("transformers", {}, r"float64 with a mask raises"),
+    "keras-query-mask-ignored": ("keras", {"KERAS_BACKEND": "torch"},
+                                 r"query_mask argument: max change of the output 0\.0 "),
+    "pallas-gpu-causal-long-query": ("jax", {}, r"WRONG"),
+    "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
+    "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
+    "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
+    "torch-flex-nan-rows-zeroed": ("torch", {}, r"compiled flex = .*\(0 NaN"),
+    # not the same shapes from one process to the next: a run may miss it
+    "torch-flex-small-shapes": ("torch", {}, r"oracle (?:nan|[0-9.]+e-0[0-3]\b)|[1-9]\d* NaN of"),
+    "torch-nn-fast-path-drops-is-causal": ("torch", {}, r"is_causal alone .* vs no mask: 0$"),
+    "torch-sdpa-half-inf-mask-zero-row": ("torch", {}, r"torch\.(?:float16|bfloat16) .*\(0 NaN"),
+    "torch-sdpa-nan-query-short-keys": ("torch", {}, r"NaN query row not NaN at key lengths"),
+    "triton-interpret-bf16-dot": ("triton", {}, r"bfloat16: .*WRONG"),
+}
+
+
+# Inductor generates its own code for these: they run at the native level only, as the suite
+# leaves per-shape compilers out of the lower levels (inductor's C++ does not build there).
+NATIVE_ONLY = {"torch-flex-nan-rows-zeroed", "torch-flex-small-shapes"}
+
+
+class ReproducerStopped(UserWarning):
+    """A reproducer that runs but no longer shows its behaviour here."""
+
+
+def test_every_reproducer_has_a_readme_a_script_and_an_expectation():
+    folders = sorted(p.name for p in REPRO.iterdir() if p.is_dir())
+    assert folders == sorted(SHOWS), "add the new reproducer's line to SHOWS"
+    for name in folders:
+        assert (REPRO / name / "README.md").exists() and (REPRO / name / "repro.py").exists(), name
+
+
+def _levels(name: str, library: str) -> list:
+    """The torch CPU levels to run a torch reproducer at (its behaviour may live in one)."""
+    if library not in ("torch", "transformers") or name in NATIVE_ONLY:
+        return [None]
+    from suite import isa
+
+    return list(isa.machine_levels()) or [None]
+
+
+@pytest.mark.parametrize("name", sorted(SHOWS))
+def test_reproducer_still_shows_its_behaviour(name, tmp_path_factory):
+    library, env, shows = SHOWS[name]
+    if importlib.util.find_spec(library) is None:  # not imported here: keras binds a backend
+        pytest.skip(f"{library} is not installed")
+    shown, outputs = [], {}
+    for level in _levels(name, library):
+        run_env = {**os.environ, **env, **({"ATEN_CPU_CAPABILITY": level} if level else {})}
+        done = subprocess.run([sys.executable, str(REPRO / name / "repro.py")], cwd=ROOT,
+                              env=run_env, capture_output=True, text=True, timeout=600)
+        # A reproducer that cannot run at all is broken, not news.
+        assert "Traceback" not in done.stderr or re.search(shows, done.stdout, re.M), (
+            f"{name} crashed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        outputs[level or "native"] = done.stdout
+        if re.search(shows, done.stdout, re.M):
+            shown.append(level or "native")
+    status = tmp_path_factory.getbasetemp() / "repro-status.json"
+    record = json.loads(status.read_text()) if status.exists() else {}
+    record[name] = {"shows_at": shown, "ran_at": sorted(outputs)}
+    status.write_text(json.dumps(record, indent=1))
+    if not shown:
+        warnings.warn(ReproducerStopped(
+            f"docs/repro/{name} no longer shows its behaviour here (levels "
+            f"{sorted(outputs)}); it printed:\n" + "\n".join(outputs.values())[-1500:]), stacklevel=2)
