@@ -10,6 +10,7 @@ dropped is kept in ``DROPPED``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import Any, Dict, List, Optional, Sequence
@@ -72,6 +73,16 @@ def _textbook_biased(q, k, v, bias, inv_scale: float):
     return torch.softmax(q @ k.transpose(-2, -1) / inv_scale + bias, dim=-1) @ v
 
 
+def _constant_floats() -> Any:
+    """dynamo's setting that keeps a float argument a constant of the graph (a recompile
+    for each value, as a model's fixed scale), where this torch has it."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    return cfg.patch(specialize_float=True) if hasattr(cfg, "specialize_float") \
+        else contextlib.nullcontext()
+
+
 class TorchCompiledPattern(TorchCore):
     """``torch.compile`` of attention as models write it: matmul, scale, softmax, matmul, the
     mask as an additive bias (-inf where not allowed). Inductor's attention pattern matcher
@@ -84,6 +95,15 @@ class TorchCompiledPattern(TorchCore):
 
     name = "torch.compile[pattern]"
     compiles_per_shape = True
+    deviations = {
+        "nan_padding": Deviation(
+            "confined", "NaN in a masked key or value position gives NaN rows, as in the "
+            "textbook graph and in SDPA (NaN + -inf is NaN, 0 * NaN is NaN; measured, torch "
+            f"{torch.__version__})"),
+        "fully_masked_rows": Deviation(
+            "nan", "a query row with no key to attend gives NaN where the graph is not "
+            "rewritten (the textbook softmax of a row of -inf; measured at one key), zeros "
+            f"where SDPA's kernel runs it (measured, torch {torch.__version__})")}
     layouts = ALL_LAYOUTS
     # q, k, v contiguous per head, as a model hands them after ``.contiguous()``: inductor's
     # patterns do not match a matmul of transposed views (measured: no rewrite, bmm kernels)
@@ -95,9 +115,14 @@ class TorchCompiledPattern(TorchCore):
         allow_recompiles()
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
-        if mask.bias is None:
-            return self._plain(q, k, v, 1.0 / scale), None
-        return self._biased(q, k, v, mask.bias, 1.0 / scale), None
+        # The scale stays a constant of each graph, as a model's does: left dynamic (dynamo's
+        # default after a second value), the masked pattern's rewrite fails to compile
+        # (torch 2.13: docs/repro/torch-compile-fuse-attention-dynamic-scale).
+        inv_scale = 1.0 / float(scale)
+        with _constant_floats():
+            if mask.bias is None:
+                return self._plain(q, k, v, inv_scale), None
+            return self._biased(q, k, v, mask.bias, inv_scale), None
 
     def after_prepare(self, state: Dict[str, Any]) -> None:
         state["compile_s"] = warm_call(self, state)

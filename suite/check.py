@@ -176,8 +176,18 @@ def error_text(exc: BaseException, impl: Any = None) -> str:
     (``origin``): the plugin's own, a library's, or the suite's."""
     where = origin(exc, impl)
     where = f" ({where})" if where else ""
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}" \
-           f"{where}"
+    return f"{type(exc).__name__}: {_first_line(exc)}{where}"
+
+
+def _first_line(exc: BaseException) -> str:
+    """The message's first non-empty line; a wrapper whose own line says nothing (inductor's
+    ``BackendCompilerFailed: backend='inductor' raised:``) gets its cause's type and line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    cause = exc.__cause__ or getattr(exc, "inner_exception", None)
+    if isinstance(cause, BaseException) and (not first or first.endswith(":")):
+        return f"{first} {type(cause).__name__}: {_first_line(cause)}".strip()
+    return first
 
 
 def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:

@@ -35,6 +35,8 @@ SHOWS = {
     "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
     "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
     "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
+    "torch-compile-fuse-attention-dynamic-scale": (
+        "torch", {}, r"with a mask, 1/scale 2\.0: BackendCompilerFailed"),
     "torch-flex-nan-rows-zeroed": ("torch", {}, r"compiled flex = .*\(0 NaN"),
     # not the same shapes from one process to the next: a run may miss it
     "torch-flex-small-shapes": ("torch", {}, r"oracle (?:nan|[0-9.]+e-0[0-3]\b)|[1-9]\d* NaN of"),
@@ -47,7 +49,8 @@ SHOWS = {
 
 # Inductor generates its own code for these: they run at the native level only, as the suite
 # leaves per-shape compilers out of the lower levels (inductor's C++ does not build there).
-NATIVE_ONLY = {"torch-flex-nan-rows-zeroed", "torch-flex-small-shapes"}
+NATIVE_ONLY = {"torch-flex-nan-rows-zeroed", "torch-flex-small-shapes",
+               "torch-compile-fuse-attention-dynamic-scale"}
 
 
 class ReproducerStopped(UserWarning):
