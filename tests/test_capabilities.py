@@ -222,3 +222,22 @@ def test_builtin_with_no_dtype_anywhere_is_unavailable_with_a_reason():
         entry = Registry().register(NoDtypes, source=source)
         assert not entry.available
         assert "dtypes" in entry.error and "got ()" in entry.error, entry.error
+
+
+@pytest.mark.parametrize("version,declared", [("2.4.0", True), ("2.4.1", True),
+                                              ("2.5.0", False), ("2.13.0+cpu", False)])
+def test_sdpa_builtins_declare_nan_fully_masked_rows_before_torch_2_5(monkeypatch, version,
+                                                                      declared):
+    # Measured on 2.4.0 and 2.4.1: every SDPA path gives NaN rows where no key is left; from
+    # 2.5 the spec's zero row is required (and 2.4.0's NaN in rows with keys still fails).
+    pytest.importorskip("torch")
+    from implementations.torch_fmha import TorchFMHA
+    from implementations.torch_nn import TorchNNSDPA
+    from implementations.torch_sdpa import TorchSDPA
+    from suite import where
+    from suite.plugin import deviations_for
+
+    monkeypatch.setattr(where, "installed", lambda dist: version if dist == "torch" else None)
+    for cls in (TorchSDPA, TorchNNSDPA, TorchFMHA):
+        got = deviations_for(cls, "float32", "cpu").get("fully_masked_rows")
+        assert (got is not None and got.policy == "nan") == declared, cls.name
