@@ -41,8 +41,9 @@ import torch
 from suite import adapters
 from suite.adapters import AttendMask, attend_mask
 from suite.layouts import LAYOUTS, requested_layout
-from suite.plugin import Implementation, Result, Unsupported
+from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
+from suite.where import Where
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -66,6 +67,16 @@ def translate_mask(p: Problem, device: torch.device, dtype: torch.dtype) -> Atte
 
 # Every layout: the torch kernels' built-ins hand torch each one as it comes.
 ALL_LAYOUTS = frozenset(LAYOUTS)
+
+# SDPA before torch 2.5 (every CPU backend, and the modules that call it) answers a query row
+# with no key to attend with NaN: the softmax of a row of -inf. 2.5 gives the spec's zero row.
+# Keyed by version, so on 2.5 and later the spec's answer is required, and on 2.4.0 a NaN in
+# a row that has keys to attend (pytorch #127055) still fails.
+SDPA_FULLY_MASKED_NAN = Deviation(
+    "nan", "SDPA gives NaN, not a zero head output, for a query row with no key to attend "
+           "(measured on torch 2.4.0 and 2.4.1, CPU, math and flash backends, float32: every "
+           "masking/fully_masked*, lanes/fully_masked_S* and tiles/masked_blocks_* case)",
+    where=Where(versions={"torch": "<2.5"}))
 
 
 def arrange(x: torch.Tensor, layout: str) -> torch.Tensor:

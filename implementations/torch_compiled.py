@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -300,11 +301,55 @@ def warm_call(impl: TorchCore, state: Dict[str, Any]) -> float:
     import torch._dynamo
 
     start = time.perf_counter()
-    cfg = torch._dynamo.config
-    with cfg.patch(**{config_name(cfg, "fail_on_hit"): True}):
+    with refuse_eager_fallback(torch._dynamo.config):
         impl.run(state)
     impl.synchronize(state)
     return time.perf_counter() - start
+
+
+# What dynamo logs (logger torch._dynamo.convert_frame, WARNING) when a function reaches a
+# recompile limit and runs eagerly from then on, in every release that has the limits.
+LIMIT_HIT_MESSAGE = "torch._dynamo hit config."
+
+
+class _LimitHit(logging.Handler):
+    """Records dynamo's "hit config.<limit>" warnings while installed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith(LIMIT_HIT_MESSAGE):
+            self.hits.append(record.getMessage().splitlines()[0])
+
+
+@contextlib.contextmanager
+def refuse_eager_fallback(cfg: Any) -> Iterator[None]:
+    """Make a compiled call that reaches dynamo's recompile limit an error, not an eager run.
+
+    Where dynamo has a setting for it (``fail_on_recompile_limit_hit``, before that
+    ``fail_on_cache_limit_hit``), that setting; where it has none (torch 2.4 and older), the
+    warning dynamo logs when it falls back is watched and raised as a RuntimeError after the
+    call, so the compiled names run on those releases too."""
+    try:
+        name = config_name(cfg, "fail_on_hit")
+    except AttributeError:
+        name = None
+    if name is not None:
+        with cfg.patch(**{name: True}):
+            yield
+        return
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    watch = _LimitHit()
+    logger.addHandler(watch)
+    try:
+        yield
+    finally:
+        logger.removeHandler(watch)
+    if watch.hits:
+        raise RuntimeError(f"torch.compile ran eagerly past dynamo's recompile limit: "
+                           f"{watch.hits[0]}")
 
 
 PROBE_PREFIX = "torch.compile probe:"  # suite.cache names: prefix + variant name

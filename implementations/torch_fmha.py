@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import TorchModuleCore, _np, tensor_copy
+from implementations.torch_common import SDPA_FULLY_MASKED_NAN, TorchModuleCore, _np, tensor_copy
 from implementations.torch_nn import TORCH_NN_FORMS, form_masks, refusing_causal_alone
 from suite import adapters
 from suite.plugin import Deviation, Unsupported
@@ -38,7 +38,7 @@ class TorchFMHA(TorchModuleCore):
     # No GQA (one head count) and no explicit scale (always 1/sqrt(D)).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "grad"})
-    deviations = {"nan_padding": _NAN_PADDING}
+    deviations = {"nan_padding": _NAN_PADDING, "fully_masked_rows": SDPA_FULLY_MASKED_NAN}
     need_weights = False
     mask_forms = TORCH_NN_FORMS  # the module's masks are this function's
 

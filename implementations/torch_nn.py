@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from implementations.torch_common import TorchModuleCore, _np, tensor_copy
+from implementations.torch_common import SDPA_FULLY_MASKED_NAN, TorchModuleCore, _np, tensor_copy
 from suite import adapters
 from suite.plugin import Deviation, Unsupported
 from suite.problem import Problem
@@ -145,7 +145,8 @@ class TorchNNSDPA(TorchNN):
     name = "torch.nn[sdpa]"
     features = TorchNN.features - {"weights"}
     need_weights = False
-    deviations = {"nan_padding": TorchNN.deviations["nan_padding"]}
+    deviations = {"nan_padding": TorchNN.deviations["nan_padding"],
+                  "fully_masked_rows": SDPA_FULLY_MASKED_NAN}
     # Every fixed case and the gradients; not the random shapes (the base name's shape
     # handling, which need_weights does not change).
     families = frozenset({"masking", "shapes", "numerics", "properties", "gradients",

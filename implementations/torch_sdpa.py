@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from implementations.torch_common import ALL_LAYOUTS, TorchCore, cuda_available
+from implementations.torch_common import ALL_LAYOUTS, SDPA_FULLY_MASKED_NAN, TorchCore, cuda_available
 from suite import cache, probes
 from suite.adapters import AttendMask
 from suite.plugin import Deviation, Unsupported
@@ -71,7 +71,8 @@ class TorchSDPA(TorchCore):
         "nan_padding": Deviation("confined", "NaN in a masked key or value position gives NaN "
                                  "rows: SDPA adds the mask to q.k^T (NaN + -inf is NaN) and "
                                  "0 * NaN is NaN in weights @ v (measured on every CPU backend, "
-                                 f"torch {torch.__version__})")}
+                                 f"torch {torch.__version__})"),
+        "fully_masked_rows": SDPA_FULLY_MASKED_NAN}
 
     repro_code = """
         import torch

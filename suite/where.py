@@ -98,6 +98,11 @@ class Where:
             return False
         if self.isa is not None and (isa or "") not in self.isa:
             return False
+        return self.versions_hold()
+
+    def versions_hold(self) -> bool:
+        """True when the installed distributions are in the version ranges (the other
+        conditions aside: they depend on the run, the versions on the environment only)."""
         return all(version_in(installed(d), s) for d, s in self.versions.items())
 
     def holds_for(self, problem, dtype: str, isa: Optional[str]) -> bool:

@@ -40,6 +40,65 @@ def test_recompile_limits_are_raised_under_either_name(monkeypatch):
         torch_compiled.config_name(old, "fail_on_hit")
 
 
+class _FakeCompiled:
+    """A prepared compiled plugin whose call does what ``run`` says (no compiling)."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def run(self, state):
+        return self._run()
+
+    def synchronize(self, state):
+        return None
+
+
+def test_compiled_names_probe_where_dynamo_has_no_fail_on_limit_setting(monkeypatch):
+    # torch 2.2-2.4: the limits exist, a setting that makes reaching them an error does not;
+    # the compiled names must still register there (their probe compiles and runs).
+    pytest.importorskip("torch")
+    import torch._dynamo
+
+    from implementations import torch_compiled
+
+    real = torch._dynamo.config
+
+    class WithoutFailOnLimit:  # this torch's config, the fail-on-limit names taken away
+        def __getattr__(self, name):
+            if name in torch_compiled.LIMIT_NAMES["fail_on_hit"]:
+                raise AttributeError(name)
+            return getattr(real, name)
+
+        def __setattr__(self, name, value):
+            setattr(real, name, value)
+
+    monkeypatch.setattr(torch._dynamo, "config", WithoutFailOnLimit())
+    assert torch_compiled.warm_call(_FakeCompiled(lambda: None), {}) >= 0.0
+    assert torch_compiled._probe(torch_compiled.TorchCompiled) is None
+
+
+def test_eager_fallback_past_the_limit_is_an_error_without_the_setting(monkeypatch):
+    # What dynamo logs on those releases when it falls back to eager: a sweep must not time
+    # the eager code under a compiled name.
+    pytest.importorskip("torch")
+    import logging
+
+    import torch._dynamo
+
+    from implementations import torch_compiled
+
+    monkeypatch.setattr(torch._dynamo, "config", _OldDynamoConfig())
+
+    def hit_limit():
+        logging.getLogger("torch._dynamo.convert_frame").warning(
+            "torch._dynamo hit config.%s (%s)\n   function: %s", "cache_size_limit", 8, "'f'")
+
+    with pytest.raises(RuntimeError, match="hit config.cache_size_limit"):
+        torch_compiled.warm_call(_FakeCompiled(hit_limit), {})
+    logging.getLogger("torch._dynamo.convert_frame").warning("an unrelated warning")
+    assert torch_compiled.warm_call(_FakeCompiled(lambda: None), {}) >= 0.0
+
+
 def test_recompile_limit_new_name_wins_and_is_never_lowered(monkeypatch):
     pytest.importorskip("torch")
     import torch._dynamo
@@ -163,3 +222,22 @@ def test_builtin_with_no_dtype_anywhere_is_unavailable_with_a_reason():
         entry = Registry().register(NoDtypes, source=source)
         assert not entry.available
         assert "dtypes" in entry.error and "got ()" in entry.error, entry.error
+
+
+@pytest.mark.parametrize("version,declared", [("2.4.0", True), ("2.4.1", True),
+                                              ("2.5.0", False), ("2.13.0+cpu", False)])
+def test_sdpa_builtins_declare_nan_fully_masked_rows_before_torch_2_5(monkeypatch, version,
+                                                                      declared):
+    # Measured on 2.4.0 and 2.4.1: every SDPA path gives NaN rows where no key is left; from
+    # 2.5 the spec's zero row is required (and 2.4.0's NaN in rows with keys still fails).
+    pytest.importorskip("torch")
+    from implementations.torch_fmha import TorchFMHA
+    from implementations.torch_nn import TorchNNSDPA
+    from implementations.torch_sdpa import TorchSDPA
+    from suite import where
+    from suite.plugin import deviations_for
+
+    monkeypatch.setattr(where, "installed", lambda dist: version if dist == "torch" else None)
+    for cls in (TorchSDPA, TorchNNSDPA, TorchFMHA):
+        got = deviations_for(cls, "float32", "cpu").get("fully_masked_rows")
+        assert (got is not None and got.policy == "nan") == declared, cls.name

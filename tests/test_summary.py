@@ -47,3 +47,22 @@ def test_a_per_dtype_declaration_is_stale_on_its_own_dtype_only():
     assert stale_declarations(records, PER_DTYPE) == {"lib": ["fully_masked_rows[float32]"]}
     # The single-policy form is judged on every dtype together, as before.
     assert stale_declarations(records, DECLARED) == {}
+
+
+def test_a_declaration_keyed_to_other_versions_is_not_offered_for_staleness():
+    # torch < 2.5 SDPA gives NaN rows; on a newer torch the declaration is never applied, so
+    # the spec's answer there says nothing of it (it is not stale, it is elsewhere).
+    from suite.conformance.summary import declared_labels
+    from suite.plugin import Deviation
+    from suite.where import Where
+
+    class Lib:
+        deviations = {
+            "fully_masked_rows": Deviation("nan", "old", where=Where(versions={"numpy": "<1"})),
+            "nan_padding": Deviation("confined", "here", where=Where(versions={"numpy": ">=1"})),
+            "bias_masked_rows": {"float16": Deviation("nan", "old",
+                                                      where=Where(versions={"numpy": "<1"})),
+                                 "float32": Deviation("nan", "any")},
+        }
+
+    assert declared_labels(Lib) == ["nan_padding", "bias_masked_rows[float32]"]
