@@ -55,6 +55,8 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
         "headline": {"verdicts": tables.headline_verdicts(tables.by_version(conformance),
                                                           impls, styles),
                      "fastest": tables.headline_fastest(figures.length_subset(ok)),
+                     "untrusted": tables.headline_untrusted(ok),
+                     "untrusted_mark": tables.UNTRUSTED_MARK,
                      "unmeasured": tables.headline_unmeasured(sweeps, conformance, impls)},
     }
     if base is not None:

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from reports.frames import PEAK_SPREAD_LIMIT, SHARE_LIMIT
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.plugin import interpreted
@@ -547,12 +548,52 @@ def headline_fastest(length_points: pd.DataFrame) -> List[Dict[str, Any]]:
                 ["wins", "mean"], ascending=[False, True], kind="stable").index[0]
             wins = int(score.loc[pick, "wins"])
             share = b.loc[b["impl"] == pick, "peak_share"].median()
+            flagged = b.loc[b["impl"] == pick, "share_untrusted"].notna().any() \
+                if "share_untrusted" in b else False
             out.append({"where": " ".join(str(v) for v in where),
                         "band": band, "lengths": f"L {lengths[0]}–{lengths[-1]}"
                         if len(lengths) > 1 else f"L {lengths[0]}",
                         "impl": pick, "wins": wins, "points": n_points,
-                        "share": f"{share:.0%}" if np.isfinite(share) else None})
+                        "share": f"{share:.0%}" if np.isfinite(share) else None,
+                        "untrusted": bool(flagged)})
     return out
+
+
+UNTRUSTED_MARK = "⚠"  # a share of peak the report does not vouch for, in the headline and charts
+
+
+def headline_untrusted(ok: pd.DataFrame) -> Optional[str]:
+    """One sentence naming the shares of the measured matmul peak that cannot be trusted
+    (``reports.frames.untrusted_share``): the implementations above 100% of the peak, and
+    the peaks (device, dtype, machine when several) whose before/after spread exceeds 20%
+    with the implementations whose shares use them; None when every share holds."""
+    if ok.empty or "share_untrusted" not in ok or ok["share_untrusted"].isna().all():
+        return None
+    multi = ok["machine"].nunique() > 1
+
+    def where(r: Any) -> str:
+        return f"{r['device']} {r['dtype']}" + (f" on {r['machine']}" if multi else "")
+
+    above, spread = [], []
+    over = ok[ok["peak_share"] > SHARE_LIMIT]
+    for (impl, *_), g in over.groupby(["impl", "machine", "device", "dtype"], sort=True):
+        above.append(f"{impl} on {where(g.iloc[0])} (up to {g['peak_share'].max():.0%})")
+    wide = ok[ok["peak_spread"] > PEAK_SPREAD_LIMIT]
+    for _, g in wide.groupby(["machine", "device", "dtype"], sort=True):
+        r = g.iloc[0]
+        spread.append(f"{where(r)}, spread {g['peak_spread'].max():.0%}, used by "
+                      + ", ".join(sorted(set(map(str, g["impl"])))))
+    parts = []
+    if above:
+        parts.append(f"above {SHARE_LIMIT:.0%} of the measured peak, so the peak was "
+                     f"measured low (a busy machine) or the kernel outruns the plain matmul: "
+                     + "; ".join(above))
+    if spread:
+        parts.append(f"the peak's two measurements (before and after the points) differ by "
+                     f"more than {PEAK_SPREAD_LIMIT:.0%}, so the machine's speed changed "
+                     f"during the run: " + "; ".join(spread))
+    return (f"Shares of peak not to be trusted ({UNTRUSTED_MARK} in the headline, a red cross "
+            "in the throughput charts): " + "; and ".join(parts) + ".")
 
 
 def headline_unmeasured(sweeps: pd.DataFrame, conf: pd.DataFrame,
