@@ -640,3 +640,15 @@ def test_shares_that_hold_are_not_flagged(tmp_path, monkeypatch):
     ok = load_sweeps([src]).query("status == 'ok'")
     assert _flagged_points(ok, monkeypatch) == {next(iter(_flagged_points(ok, monkeypatch))): {}}
 
+
+def test_the_conformance_section_states_the_rule_the_suite_applies(full):
+    from suite import agreement
+
+    sec = full.find(id="conformance")
+    assert sec.find("code", class_="rule").get_text() == agreement.RULE_TEXT
+    assert sec.find(class_="rule-k").get_text() == agreement.RULE_K_TEXT
+    assert sec.find(class_="rule-terms").get_text() == agreement.RULE_TERMS
+    # the words say what Comparison.bound computes: k times the larger of the two, plus atol
+    c = agreement.Comparison("output", err=0.0, err_naive=1.0, k=2.0, atol=0.5, err_model=3.0)
+    assert "max(err(naive_t), model_t)" in agreement.RULE_TEXT and c.bound == 2.0 * 3.0 + 0.5
+    assert f"{agreement.K_FORWARD:g}" in agreement.RULE_K_TEXT
