@@ -16,6 +16,7 @@ from suite.plugin import interpreted
 from suite.records import Document, machine_ids, run_facts
 from suite.vocab import OUTCOME_ORDER as WORST_FIRST
 from suite.vocab import Outcome as V
+from suite.where import ISA_LEVELS
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
         card = {"kind": d.kind, "machine": ids[d.path], "file": d.path.name, "cpu": f["cpu"],
                 "system": f["system"], "python": f["python"], "commit": f["commit"],
                 "dirty": f["dirty"], "when": _when(f["datetime"]),
-                "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores")}
+                "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores"),
+                "isa": _isa(extra.get("isa_native"), d)}
         if d.kind == "sweep":
             card.update(
                 preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
@@ -83,6 +85,20 @@ def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
                      f"spread {100 * run['spread']:.0f}%)")
         out.append((key, text))
     return out
+
+
+def _isa(native: Optional[str], d: Document) -> Optional[str]:
+    """The CPU instruction-set levels of a file (suite.isa): the one torch picks natively on
+    its machine and those its records ran at (each record's ``isa``), lowest first; None
+    when it records neither."""
+    items = (d.doc.get("results") or []) if d.kind == "conformance" else \
+        [b.get("extra_info") or {} for b in d.doc.get("benchmarks") or []]
+    ran = {str(r["isa"]) for r in items if isinstance(r, dict) and r.get("isa")}
+    if not native and not ran:
+        return None
+    order = {lv: i for i, lv in enumerate(ISA_LEVELS)}
+    levels = ", ".join(sorted(ran, key=lambda lv: (order.get(lv, len(order)), lv))) or "none recorded"
+    return f"native {native or 'not recorded'}; ran at {levels}"
 
 
 def _threads(t: Dict[str, Any]) -> str:

@@ -652,3 +652,39 @@ def test_the_conformance_section_states_the_rule_the_suite_applies(full):
     c = agreement.Comparison("output", err=0.0, err_naive=1.0, k=2.0, atol=0.5, err_model=3.0)
     assert "max(err(naive_t), model_t)" in agreement.RULE_TEXT and c.bound == 2.0 * 3.0 + 0.5
     assert f"{agreement.K_FORWARD:g}" in agreement.RULE_K_TEXT
+
+
+def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path):
+    conf = json.loads((FIXTURES / "vm" / "conformance_vm.json").read_text())
+    m = conf["machine"]
+    conf["machine_info"] = {"node": m.get("node"), "system": m.get("system"),
+                            "mha_suite": {"cpu_model": m.get("cpu_model"),
+                                          "libraries": m.get("libraries"),
+                                          "isa_native": "avx512"}}
+    for i, r in enumerate(conf["results"]):  # a run at every level: default, avx2, native
+        r["isa"] = ("avx512", "avx2", "default")[i % 3] if r["impl"] != "numpy" else None
+    (tmp_path / "conformance.json").write_text(json.dumps(conf))
+    build_report([tmp_path / "conformance.json", FIXTURES / "vm" / "sweep_vm.json"],
+                 tmp_path / "report.html")
+    cards = _soup(tmp_path / "report.html").find(id="environment").find_all(class_="card")
+    levels = [c.find(class_="isa") for c in cards]
+    conformance = next(lv for c, lv in zip(cards, levels) if "conformance" in c.get_text())
+    assert conformance.get_text() == "native avx512; ran at default, avx2, avx512"
+    # a file recording neither (the sweep, written before levels were recorded) says nothing
+    assert sum(lv is None for lv in levels) == 1
+
+
+def test_machine_facts_record_the_native_level_once_torch_ran(monkeypatch):
+    import sys
+    import types
+
+    from suite import isa, timing
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert timing.machine_facts()["isa_native"] is None  # no torch here: no child started
+    fake = types.SimpleNamespace(backends=types.SimpleNamespace(cpu=types.SimpleNamespace(
+        get_cpu_capability=lambda: "AVX512")), cuda=types.SimpleNamespace(
+        is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.delenv(isa.TORCH_ENV, raising=False)
+    assert timing.machine_facts()["isa_native"] == "avx512"
