@@ -10,6 +10,7 @@ import pandas as pd
 
 from reports import figures, tables
 from reports.frames import conformance_frame, fit_exponent, sweeps_frame
+from suite import agreement
 from suite.records import read, write_atomic
 
 PathLike = Union[str, Path]
@@ -52,9 +53,13 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
         "never_measured": tables.never_measured(sweeps),
         "baseline": None,
         "outcome_words": tables.OUTCOMES,
+        "rule": {"text": agreement.RULE_TEXT, "k": agreement.RULE_K_TEXT,
+                 "terms": agreement.RULE_TERMS},
         "headline": {"verdicts": tables.headline_verdicts(tables.by_version(conformance),
                                                           impls, styles),
                      "fastest": tables.headline_fastest(figures.length_subset(ok)),
+                     "untrusted": tables.headline_untrusted(ok),
+                     "untrusted_mark": tables.UNTRUSTED_MARK,
                      "unmeasured": tables.headline_unmeasured(sweeps, conformance, impls)},
     }
     if base is not None:

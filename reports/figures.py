@@ -112,6 +112,8 @@ class Chart:
         return f"{self.title}; lines labelled: {', '.join(self.labels) or 'none'}"
 
 
+FLAG_GID = "untrusted:"  # gid prefix of a flagged point's cross: "untrusted:numpy.flash"
+FLAG_COLOUR = "#c00000"
 LABEL_GID = "label:"  # gid prefix of a line's end label: "label:torch.sdpa"
 TITLE_GID = "panel-title"  # a panel's title: its family group (and column value)
 
@@ -181,7 +183,7 @@ def _label_ends(ax: plt.Axes, ends: Dict[str, Tuple[float, float]], styles: Dict
 def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[str],
            ylabel: str, xlabel: str, styles: Dict[str, Style], logy: bool = True,
            guides: Optional[Dict[float, str]] = None, col_template: str = "{col_name}",
-           sharey: Any = True) -> plt.Figure:
+           sharey: Any = True, flag: Optional[str] = None) -> plt.Figure:
     """Small multiples: one line per (implementation, ``dash`` value) over log2 x, a row
     of panels per family group (``Style.panel``) and a column per ``col`` value (without
     one, the groups wrap over ``WRAP`` columns), all on one scale.
@@ -190,6 +192,8 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
     lines are drawn in light grey behind, to compare against on the shared scale. Colour
     and marker come from ``styles`` (the report's one assignment), the dash pattern from
     the ``dash`` column's value (machine, mask, gradients); guides as {power: label}.
+    Rows where the boolean column ``flag`` holds get a red cross over their point
+    (``FLAG_GID`` + implementation): a value the report does not vouch for.
     """
     d = d.assign(_group=[styles[i].panel for i in d["impl"]])
     groups, cols = panel_order(d["_group"]), _panels(d, col)
@@ -239,6 +243,12 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
                 ends[impl] = (xs[-1], vals[-1])
         sub = d if c is None else d[d[col] == c]
         mine_points = sub[sub["_group"] == group]
+        if flag:
+            for impl, f in mine_points[mine_points[flag].fillna(False).astype(bool)].groupby(
+                    "impl", sort=True):
+                ax.scatter(f[x].to_numpy(float), f[y].to_numpy(float), marker="X", s=70,
+                           color=FLAG_COLOUR, edgecolors="white", linewidths=0.6,
+                           gid=FLAG_GID + str(impl), zorder=3)
         ax.set_xscale("log", base=2)
         if logy:
             ax.set_yscale("log")
@@ -332,15 +342,25 @@ def throughput(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     for device, dev in length_subset(ok).groupby("device"):
         for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
             d, style = with_style(d, ["machine", "mask", "grad"])
+            # a share the report does not vouch for (frames.untrusted_share) is crossed out
+            untrusted = d["share_untrusted"].notna() if "share_untrusted" in d else False
             long = pd.concat([
-                d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9),
-                d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"])])
+                d.assign(metric="achieved GFLOP/s", value=d["flops_per_s"] / 1e9,
+                         _untrusted=False),
+                d.assign(metric="% of measured matmul peak", value=100 * d["peak_share"],
+                         _untrusted=untrusted)])
             long = long[np.isfinite(long["value"])]
             if long.empty:
                 continue
             fig = _lines(long, "L", "value", "metric", style, "", "sequence length L",
-                         styles, logy=False, sharey="col")
+                         styles, logy=False, sharey="col", flag="_untrusted")
             title = f"Throughput on {device}, {setting}: FLOP/s and share of the matmul peak"
+            bad = sorted(set(long.loc[long["_untrusted"], "impl"].astype(str)))
+            if bad:
+                _title(fig, title + "; red ✕: a share not to be trusted (see the headline)")
+                out.append(to_chart(fig, title + "; shares not to be trusted (red crosses): "
+                                    + ", ".join(bad)))
+                continue
             _title(fig, title)
             out.append(to_chart(fig, title))
     return out

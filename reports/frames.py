@@ -28,7 +28,8 @@ SWEEP_COLUMNS = [
     "device", "dtype", "B", "H", "K", "L", "S", "E", "D", "mask", "grad",
     "median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "rounds",
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
-    "peak_bytes", "peak_method", "compile_s", "verified", "status", "reason", "noisy"]
+    "peak_spread", "share_untrusted", "peak_bytes", "peak_method", "compile_s", "verified",
+    "status", "reason", "noisy"]
 CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version",
     "libraries", "device",
@@ -39,19 +40,26 @@ POINT_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "E"
               "mask", "grad"]
 FIT_KEYS = ["machine", "impl", "device", "dtype", "mask", "H", "B", "D"]
 NUMERIC = ["median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "flops",
-           "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_bytes",
-           "compile_s"]
+           "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_spread",
+           "peak_bytes", "compile_s"]
+# When a share of the measured matmul peak cannot be trusted: above the peak itself (the peak
+# was measured slow, under load, or the kernel beats the plain matmul), or a peak whose two
+# measurements (before and after the points) differ by more than this share of the higher.
+SHARE_LIMIT = 1.0
+PEAK_SPREAD_LIMIT = 0.2
 
 
 def _sweep_rows(d: Document, machine: str) -> List[dict]:
     facts = records.run_facts(d)
     peaks = facts["extra"].get("matmul_peak_flops") or {}
+    runs = facts["extra"].get("matmul_peak_runs") or {}
     rows = records.sweep_rows(d)
     for row in rows:
+        key = _peak_key(peaks, row.get("array_library") or row.get("framework"),
+                        row.get("device"), row.get("dtype"))
         row.update(machine=machine, source=str(d.path), datetime=facts["datetime"],
-                   commit=facts["commit"], peak_flops=_peak(peaks, row.get("array_library")
-                                                            or row.get("framework"),
-                                                            row.get("device"), row.get("dtype")))
+                   commit=facts["commit"], peak_flops=peaks.get(key) if key else None,
+                   peak_spread=(runs.get(key) or {}).get("spread") if key else None)
     return rows
 
 
@@ -79,12 +87,25 @@ def _float(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
-def _peak(peaks: Dict[str, float], framework: Any, device: Any, dtype: Any) -> Optional[float]:
-    """The matmul peak for framework:device:dtype, else any framework's on device:dtype."""
-    exact = peaks.get(f"{framework}:{device}:{dtype}")
-    if exact is not None:
+def _peak_key(peaks: Dict[str, float], framework: Any, device: Any, dtype: Any
+              ) -> Optional[str]:
+    """The matmul peak's key for framework:device:dtype, else any framework's on
+    device:dtype, else None."""
+    exact = f"{framework}:{device}:{dtype}"
+    if peaks.get(exact) is not None:
         return exact
-    return next((v for k, v in sorted(peaks.items()) if k.endswith(f":{device}:{dtype}")), None)
+    return next((k for k in sorted(peaks) if k.endswith(f":{device}:{dtype}")), None)
+
+
+def untrusted_share(share: Any, spread: Any) -> Optional[str]:
+    """Why a point's share of the measured peak cannot be trusted, or None when it can:
+    above ``SHARE_LIMIT``, or its peak's before/after spread above ``PEAK_SPREAD_LIMIT``."""
+    why = []
+    if share is not None and np.isfinite(share) and share > SHARE_LIMIT:
+        why.append(f"{share:.0%} of the measured peak")
+    if spread is not None and np.isfinite(spread) and spread > PEAK_SPREAD_LIMIT:
+        why.append(f"peak spread {spread:.0%} before/after")
+    return "; ".join(why) or None
 
 
 def _newest(df: pd.DataFrame, keys: List[str], when: str) -> pd.DataFrame:
@@ -102,6 +123,8 @@ def sweeps_frame(docs: List[Document]) -> pd.DataFrame:
     for c in NUMERIC:
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["peak_share"] = df["flops_per_s"] / df["peak_flops"]
+    df["share_untrusted"] = [untrusted_share(a, b) for a, b in
+                             zip(df["peak_share"], df["peak_spread"])]
     df = _newest(df, POINT_KEYS, "datetime")
     return df.reset_index(drop=True)
 

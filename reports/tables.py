@@ -9,12 +9,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from reports.frames import PEAK_SPREAD_LIMIT, SHARE_LIMIT
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
 from suite.plugin import interpreted
 from suite.records import Document, machine_ids, run_facts
 from suite.vocab import OUTCOME_ORDER as WORST_FIRST
 from suite.vocab import Outcome as V
+from suite.where import ISA_LEVELS
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
         card = {"kind": d.kind, "machine": ids[d.path], "file": d.path.name, "cpu": f["cpu"],
                 "system": f["system"], "python": f["python"], "commit": f["commit"],
                 "dirty": f["dirty"], "when": _when(f["datetime"]),
-                "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores")}
+                "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores"),
+                "isa": _isa(extra.get("isa_native"), d)}
         if d.kind == "sweep":
             card.update(
                 preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
@@ -82,6 +85,20 @@ def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
                      f"spread {100 * run['spread']:.0f}%)")
         out.append((key, text))
     return out
+
+
+def _isa(native: Optional[str], d: Document) -> Optional[str]:
+    """The CPU instruction-set levels of a file (suite.isa): the one torch picks natively on
+    its machine and those its records ran at (each record's ``isa``), lowest first; None
+    when it records neither."""
+    items = (d.doc.get("results") or []) if d.kind == "conformance" else \
+        [b.get("extra_info") or {} for b in d.doc.get("benchmarks") or []]
+    ran = {str(r["isa"]) for r in items if isinstance(r, dict) and r.get("isa")}
+    if not native and not ran:
+        return None
+    order = {lv: i for i, lv in enumerate(ISA_LEVELS)}
+    levels = ", ".join(sorted(ran, key=lambda lv: (order.get(lv, len(order)), lv))) or "none recorded"
+    return f"native {native or 'not recorded'}; ran at {levels}"
 
 
 def _threads(t: Dict[str, Any]) -> str:
@@ -547,12 +564,52 @@ def headline_fastest(length_points: pd.DataFrame) -> List[Dict[str, Any]]:
                 ["wins", "mean"], ascending=[False, True], kind="stable").index[0]
             wins = int(score.loc[pick, "wins"])
             share = b.loc[b["impl"] == pick, "peak_share"].median()
+            flagged = b.loc[b["impl"] == pick, "share_untrusted"].notna().any() \
+                if "share_untrusted" in b else False
             out.append({"where": " ".join(str(v) for v in where),
                         "band": band, "lengths": f"L {lengths[0]}–{lengths[-1]}"
                         if len(lengths) > 1 else f"L {lengths[0]}",
                         "impl": pick, "wins": wins, "points": n_points,
-                        "share": f"{share:.0%}" if np.isfinite(share) else None})
+                        "share": f"{share:.0%}" if np.isfinite(share) else None,
+                        "untrusted": bool(flagged)})
     return out
+
+
+UNTRUSTED_MARK = "⚠"  # a share of peak the report does not vouch for, in the headline and charts
+
+
+def headline_untrusted(ok: pd.DataFrame) -> Optional[str]:
+    """One sentence naming the shares of the measured matmul peak that cannot be trusted
+    (``reports.frames.untrusted_share``): the implementations above 100% of the peak, and
+    the peaks (device, dtype, machine when several) whose before/after spread exceeds 20%
+    with the implementations whose shares use them; None when every share holds."""
+    if ok.empty or "share_untrusted" not in ok or ok["share_untrusted"].isna().all():
+        return None
+    multi = ok["machine"].nunique() > 1
+
+    def where(r: Any) -> str:
+        return f"{r['device']} {r['dtype']}" + (f" on {r['machine']}" if multi else "")
+
+    above, spread = [], []
+    over = ok[ok["peak_share"] > SHARE_LIMIT]
+    for (impl, *_), g in over.groupby(["impl", "machine", "device", "dtype"], sort=True):
+        above.append(f"{impl} on {where(g.iloc[0])} (up to {g['peak_share'].max():.0%})")
+    wide = ok[ok["peak_spread"] > PEAK_SPREAD_LIMIT]
+    for _, g in wide.groupby(["machine", "device", "dtype"], sort=True):
+        r = g.iloc[0]
+        spread.append(f"{where(r)}, spread {g['peak_spread'].max():.0%}, used by "
+                      + ", ".join(sorted(set(map(str, g["impl"])))))
+    parts = []
+    if above:
+        parts.append(f"above {SHARE_LIMIT:.0%} of the measured peak, so the peak was "
+                     f"measured low (a busy machine) or the kernel outruns the plain matmul: "
+                     + "; ".join(above))
+    if spread:
+        parts.append(f"the peak's two measurements (before and after the points) differ by "
+                     f"more than {PEAK_SPREAD_LIMIT:.0%}, so the machine's speed changed "
+                     f"during the run: " + "; ".join(spread))
+    return (f"Shares of peak not to be trusted ({UNTRUSTED_MARK} in the headline, a red cross "
+            "in the throughput charts): " + "; and ".join(parts) + ".")
 
 
 def headline_unmeasured(sweeps: pd.DataFrame, conf: pd.DataFrame,

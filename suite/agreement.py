@@ -31,6 +31,15 @@ ATOL = {"float64": 1e-12, "float32": 4 * 2.0**-23, "float16": 4 * 2.0**-10,
         "bfloat16": 4 * 2.0**-7}
 K_FORWARD = 2.0
 K_GRAD = 3.0
+# The rule as ``Comparison.bound`` applies it, in words the report and the manual show: one
+# source, so a change of the rule changes what they say.
+RULE_TEXT = "err <= k * max(err(naive_t), model_t) + atol_t"
+RULE_K_TEXT = f"k = {K_FORWARD:g}, {K_GRAD:g} for gradients"
+RULE_TERMS = ("err is the max abs error against the float64 oracle; naive_t is the plain "
+              "algorithm computed in the same dtype t, in several reduction orders (the "
+              "largest error counts); model_t is the case's first-order rounding bound in "
+              "dtype t (one rounding of every stored intermediate, propagated with worst "
+              "signs); atol_t is a few ulps of dtype t at the reference's magnitude")
 
 
 @dataclasses.dataclass(frozen=True)

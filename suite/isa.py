@@ -66,6 +66,15 @@ def native_torch_level() -> Optional[str]:
     return level if out.returncode == 0 and level else None
 
 
+def recorded_native_level() -> Optional[str]:
+    """The native level for a results file's machine facts, where it costs nothing new: None
+    unless torch is already imported in this process (a run that never loaded torch starts
+    no child for it); torch's own level when no variable pins it, else the child's answer."""
+    if "torch" not in sys.modules:
+        return None
+    return native_torch_level() if os.environ.get(TORCH_ENV) else torch_level()
+
+
 def machine_levels() -> List[str]:
     """The levels this CPU can run torch's kernels at, lowest first: every level of
     ``ISA_LEVELS`` up to the native one (x86 only; elsewhere just the native level)."""

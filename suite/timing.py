@@ -122,8 +122,11 @@ def gpus() -> List[Dict[str, Any]]:
 
 
 def machine_facts() -> Dict[str, Any]:
+    from suite.isa import recorded_native_level
+
+    # the CPU instruction-set level torch picks here unpinned (suite.isa), where torch ran
     return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "gpus": gpus(),
-            "libraries": library_versions()}
+            "libraries": library_versions(), "isa_native": recorded_native_level()}
 
 
 # --- matmul peak ---------------------------------------------------------------------------

@@ -550,3 +550,141 @@ def test_one_framework_version_on_two_array_library_versions_stays_apart(tmp_pat
                          "jax 0.12.8 on jax 0.10.2, jaxlib 0.10.2"}
     assert rows["jax 0.12.8 on jax 0.10.0, jaxlib 0.10.0"]["fail"] == "1"
     assert rows["jax 0.12.8 on jax 0.10.2, jaxlib 0.10.2"]["fail"] == "0"
+
+
+# --- shares of peak the report does not vouch for ---------------------------------------
+def _sweep_with_peaks(out: Path, runs: dict, faster: dict = None) -> Path:
+    """The vm sweep with its peaks' before/after measurements ``runs`` ({key: (before,
+    after)}) and the implementations of ``faster`` ({impl: factor}) that much faster."""
+    sweep = json.loads((FIXTURES / "vm" / "sweep_vm.json").read_text())
+    facts = sweep["machine_info"]["mha_suite"]
+    for key, (before, after) in runs.items():
+        best = max(before, after)
+        facts["matmul_peak_flops"][key] = best
+        facts.setdefault("matmul_peak_runs", {})[key] = {
+            "before": before, "after": after, "spread": abs(before - after) / best}
+    for b in sweep["benchmarks"]:
+        factor = (faster or {}).get(b["extra_info"]["impl"])
+        if factor:
+            for k in ("min", "max", "mean", "median", "q1", "q3", "iqr", "stddev"):
+                b["stats"][k] /= factor
+            b["extra_info"]["flops_per_s"] *= factor
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(sweep))
+    return out
+
+
+def _flagged_points(ok, monkeypatch) -> dict:
+    """{chart title: {implementation: panels whose share it crosses out}} of the throughput
+    charts, read from the drawn figures."""
+    drawn = []
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig, tight=True: drawn.append(fig) or "")
+    charts = figures.throughput(ok)
+    out = {}
+    for fig, chart in zip(drawn, charts):
+        marks = out.setdefault(chart.title, {})
+        for ax in fig.axes:
+            title = next((t.get_text() for t in ax.texts if t.get_gid() == figures.TITLE_GID), "")
+            for c in ax.collections:
+                gid = str(c.get_gid() or "")
+                if gid.startswith(figures.FLAG_GID):
+                    marks.setdefault(gid[len(figures.FLAG_GID):], set()).add(title.split(" · ")[-1])
+    return out
+
+
+STEADY = {"numpy:cpu:float32": (299.9e9, 296e9), "torch:cpu:float32": (309.5e9, 301e9),
+          "jax:cpu:float32": (285.1e9, 280e9)}
+
+
+def test_a_share_above_the_peak_and_a_wide_peak_spread_are_flagged(tmp_path, monkeypatch):
+    # numpy.flash 8x faster: 124% of the numpy peak; torch's peak 29% apart before/after
+    runs = {**STEADY, "torch:cpu:float32": (309.5e9, 220e9)}
+    src = _sweep_with_peaks(tmp_path / "r", runs, {"numpy.flash": 8})
+    build_report([src], tmp_path / "report.html")
+    soup = _soup(tmp_path / "report.html")
+    note = soup.find(id="headline").find("p", class_="untrusted-shares")
+    assert note is not None, "no sentence on the shares that cannot be trusted"
+    text = note.get_text(" ", strip=True)
+    assert re.search(r"numpy\.flash on cpu float32 \(up to 12\d%\)", text), text
+    assert "above 100% of the measured peak" in text
+    assert "cpu float32, spread 29%, used by torch.eager, torch.sdpa" in text, text
+    assert "more than 20%" in text
+    assert "numpy on" not in text and "jax.jit" not in text  # their shares hold
+    # the headline's fastest cells mark a flagged share
+    cells = [td.get_text(" ", strip=True) for td in
+             soup.find(id="headline").find("table", class_="fastest").find_all("td")]
+    for c in cells:
+        flagged = c.split(" fastest")[0].split()[-1] in ("numpy.flash", "torch.sdpa",
+                                                          "torch.eager")
+        assert ("⚠" in c) == (flagged and "of peak" in c), c
+    # the charts: a cross on each flagged implementation's share, none on the FLOP/s
+    ok = load_sweeps([src]).query("status == 'ok'")
+    marks = _flagged_points(ok, monkeypatch)
+    assert len(marks) == 1
+    (title, flagged), = marks.items()
+    assert set(flagged) == {"numpy.flash", "torch.eager", "torch.sdpa"}
+    assert all(panels == {"% of measured matmul peak"} for panels in flagged.values())
+    assert title.endswith("shares not to be trusted (red crosses): numpy.flash, torch.eager, "
+                          "torch.sdpa")
+    img = soup.find(id="throughput").find("img")
+    assert "shares not to be trusted" in img["alt"]
+
+
+def test_shares_that_hold_are_not_flagged(tmp_path, monkeypatch):
+    src = _sweep_with_peaks(tmp_path / "r", STEADY)  # every share under 50%, spreads ~3%
+    build_report([src], tmp_path / "report.html")
+    soup = _soup(tmp_path / "report.html")
+    assert soup.find(id="headline").find("p", class_="untrusted-shares") is None
+    assert "⚠" not in soup.find(id="headline").get_text()
+    assert "not to be trusted" not in soup.find(id="throughput").find("img")["alt"]
+    ok = load_sweeps([src]).query("status == 'ok'")
+    assert _flagged_points(ok, monkeypatch) == {next(iter(_flagged_points(ok, monkeypatch))): {}}
+
+
+def test_the_conformance_section_states_the_rule_the_suite_applies(full):
+    from suite import agreement
+
+    sec = full.find(id="conformance")
+    assert sec.find("code", class_="rule").get_text() == agreement.RULE_TEXT
+    assert sec.find(class_="rule-k").get_text() == agreement.RULE_K_TEXT
+    assert sec.find(class_="rule-terms").get_text() == agreement.RULE_TERMS
+    # the words say what Comparison.bound computes: k times the larger of the two, plus atol
+    c = agreement.Comparison("output", err=0.0, err_naive=1.0, k=2.0, atol=0.5, err_model=3.0)
+    assert "max(err(naive_t), model_t)" in agreement.RULE_TEXT and c.bound == 2.0 * 3.0 + 0.5
+    assert f"{agreement.K_FORWARD:g}" in agreement.RULE_K_TEXT
+
+
+def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path):
+    conf = json.loads((FIXTURES / "vm" / "conformance_vm.json").read_text())
+    m = conf["machine"]
+    conf["machine_info"] = {"node": m.get("node"), "system": m.get("system"),
+                            "mha_suite": {"cpu_model": m.get("cpu_model"),
+                                          "libraries": m.get("libraries"),
+                                          "isa_native": "avx512"}}
+    for i, r in enumerate(conf["results"]):  # a run at every level: default, avx2, native
+        r["isa"] = ("avx512", "avx2", "default")[i % 3] if r["impl"] != "numpy" else None
+    (tmp_path / "conformance.json").write_text(json.dumps(conf))
+    build_report([tmp_path / "conformance.json", FIXTURES / "vm" / "sweep_vm.json"],
+                 tmp_path / "report.html")
+    cards = _soup(tmp_path / "report.html").find(id="environment").find_all(class_="card")
+    levels = [c.find(class_="isa") for c in cards]
+    conformance = next(lv for c, lv in zip(cards, levels) if "conformance" in c.get_text())
+    assert conformance.get_text() == "native avx512; ran at default, avx2, avx512"
+    # a file recording neither (the sweep, written before levels were recorded) says nothing
+    assert sum(lv is None for lv in levels) == 1
+
+
+def test_machine_facts_record_the_native_level_once_torch_ran(monkeypatch):
+    import sys
+    import types
+
+    from suite import isa, timing
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert timing.machine_facts()["isa_native"] is None  # no torch here: no child started
+    fake = types.SimpleNamespace(backends=types.SimpleNamespace(cpu=types.SimpleNamespace(
+        get_cpu_capability=lambda: "AVX512")), cuda=types.SimpleNamespace(
+        is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.delenv(isa.TORCH_ENV, raising=False)
+    assert timing.machine_facts()["isa_native"] == "avx512"
