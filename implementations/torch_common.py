@@ -320,14 +320,8 @@ class TorchModuleCore(TorchCore):
 
     def read_weights(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         """The weights the built module holds, under canonical names (the inverse of
-        ``load_weights``, by default from the ``nn.Linear`` layers named in ``layers``)."""
-        def value(t):
-            return None if t is None else _np(t)
-
-        return adapters.grads_from_linear({
-            role: adapters.Param(value(getattr(module, name).weight),
-                                 value(getattr(module, name).bias))
-            for role, name in self.layers.items()})
+        ``load_weights``, read through ``layers`` as ``weight_grads`` reads gradients)."""
+        return self._by_role(module, lambda t: None if t is None else _np(t.detach()))
 
     def check_wrapper(self, problem: Problem) -> List[str]:
         """The wrapper's own translation, before any verdict on the library: the weights
@@ -342,20 +336,24 @@ class TorchModuleCore(TorchCore):
                 and (n not in back or back[n].shape != w.shape or not np.allclose(back[n], w))]
 
     def weight_grads(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
-        def grad(t):
-            return None if t is None or t.grad is None else _np(t.grad)
+        return self._by_role(module, lambda t: None if t is None or t.grad is None
+                             else _np(t.grad))
 
+    def _by_role(self, module: torch.nn.Module, pick) -> Dict[str, np.ndarray]:
+        """``pick`` (a tensor -> array or None) of each layer's weight and bias, in the
+        canonical names and layout (the layers named in ``layers``: linear, 1x1 conv, fused
+        qkv, einsum)."""
         E, H, K = _SIZES.get(module, (0, 1, 1))  # needed by "qkv" and ``Einsum`` only
         per_role: Dict[str, adapters.Param] = {}
         for role, where in self.layers.items():
             if isinstance(where, Einsum):
                 weight, bias = where.tensors(module)
                 per_role[role] = adapters.Param(*adapters.grad_from_layout(
-                    adapters.Param(grad(weight), grad(bias)), role, where.axes, E, H, K,
+                    adapters.Param(pick(weight), pick(bias)), role, where.axes, E, H, K,
                     where.bias_axes))
                 continue
             layer = module.get_submodule(where)
-            g = adapters.Param(grad(layer.weight), grad(layer.bias))
+            g = adapters.Param(pick(layer.weight), pick(layer.bias))
             g = g._replace(weight=g.weight.reshape(g.weight.shape[0], -1))  # 1x1 conv: 2-D
             for r, lin in (adapters.split_linear_fused(g, H * (E // H)).items()
                            if role == "qkv" else ((role, g),)):

@@ -159,3 +159,39 @@ def test_einsum_parameters_of_a_multi_query_module_load_and_map_gradients_back()
         assert np.allclose(res.grads[name], want[name], atol=1e-9), name
     with pytest.raises(Unsupported, match="no bias"):  # bare parameters, no bias path
         _run(MQA(), make_problem(3, B=2, L=5, S=6, E=12, H=3, K=1))
+
+
+def test_read_weights_reads_nested_fused_layers_back_as_loaded():
+    """read_weights follows ``layers`` as load_weights does (dotted paths, a fused qkv): the
+    round trip of a nested, fused module holds, and a wrong fused order is caught."""
+    import torch
+
+    from implementations.torch_common import TorchModuleCore
+    from suite.problem import make_problem
+
+    class Block(torch.nn.Module):
+        def __init__(self, E):
+            super().__init__()
+            self.attn = torch.nn.Module()
+            self.attn.qkv = torch.nn.Linear(E, 3 * E)
+            self.attn.proj = torch.nn.Linear(E, E)
+
+    class Nested(TorchModuleCore):
+        name = "nested"
+        layers = {"qkv": "attn.qkv", "o": "attn.proj"}
+
+        def build(self, p):
+            return Block(p.E)
+
+    p = make_problem(0, B=1, L=3, E=8, H=2)
+    assert Nested().check_wrapper(p) == []
+
+    class Swapped(Nested):
+        def load_weights(self, module, problem):
+            super().load_weights(module, problem)
+            with torch.no_grad():  # q and k rows exchanged: the wrapper's own mistake
+                w = module.attn.qkv.weight
+                w.copy_(torch.cat([w[8:16], w[:8], w[16:]]))
+
+    wrong = Swapped().check_wrapper(p)
+    assert [m.split(":")[0] for m in wrong] == ["w_q", "w_k"], wrong
