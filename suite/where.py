@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import re
 from importlib import metadata
-from typing import Callable, FrozenSet, Mapping, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Mapping, Optional, Tuple
 
 # The levels a library may dispatch its CPU kernels to, lowest first (x86; torch's names,
 # lowercase, as ATEN_CPU_CAPABILITY takes them).
@@ -66,13 +66,17 @@ class Where:
 
     ``versions``: distribution -> PEP 440 specifier (``{"torch": "<2.5"}``);
     ``isa``: the instruction-set levels (``ISA_LEVELS``) the library dispatched to;
-    ``device``: device names (``cpu``, ``cuda``); ``when``: a predicate on
+    ``device``: device names (``cpu``, ``cuda``); ``cpu``: CPU feature flags (as
+    /proc/cpuinfo names them, e.g. ``avx512_bf16``), any of which the machine must have,
+    for a behaviour of a library that picks its kernels by the CPU's features itself
+    (oneDNN's bfloat16 GEMM), not by ``isa``; ``when``: a predicate on
     (problem, dtype, isa) for a behaviour that shows only on some problems (a key length
     under one vector), with ``when_text`` saying it in words. None means any."""
 
     versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     isa: Optional[FrozenSet[str]] = None
     device: Optional[FrozenSet[str]] = None
+    cpu: Optional[FrozenSet[str]] = None
     when: Optional[Callable[..., bool]] = dataclasses.field(default=None, compare=False)
     when_text: str = ""
 
@@ -85,7 +89,7 @@ class Where:
             except Exception:
                 raise WhereError(f"version condition {dist}{spec}: expected a PEP 440 "
                                  "specifier such as >=2.4,<2.5") from None
-        for name, levels in (("isa", self.isa), ("device", self.device)):
+        for name, levels in (("isa", self.isa), ("device", self.device), ("cpu", self.cpu)):
             if levels is not None and (isinstance(levels, str) or not levels):
                 raise WhereError(f"{name}: expected a set of names, got {levels!r}")
         bad = sorted(set(self.isa or ()) - set(ISA_LEVELS))
@@ -97,6 +101,8 @@ class Where:
         if self.device is not None and (device or "").split("[")[0] not in self.device:
             return False
         if self.isa is not None and (isa or "") not in self.isa:
+            return False
+        if self.cpu is not None and not self.cpu & cpu_flags():
             return False
         return self.versions_hold()
 
@@ -116,6 +122,8 @@ class Where:
             parts.append("isa=" + "|".join(sorted(self.isa, key=ISA_LEVELS.index)))
         if self.device is not None:
             parts.append("device=" + "|".join(sorted(self.device)))
+        if self.cpu is not None:
+            parts.append("cpu=" + "|".join(sorted(self.cpu)))
         if self.when_text:
             parts.append(self.when_text)
         return "; ".join(parts) or "anywhere"
@@ -127,22 +135,33 @@ _CONDITION = re.compile(r"^([A-Za-z0-9_.-]+)\s*((?:[<>=!~]=?|===).*)$")
 
 def parse(text: str) -> Where:
     """A ``Where`` from its text, e.g. ``torch>=2.4,<2.5; isa=avx2|avx512; device=cpu``."""
-    versions, isa, device = {}, None, None
+    versions: Dict[str, str] = {}
+    named: Dict[str, FrozenSet[str]] = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         key, eq, value = part.partition("=")
-        if eq and key.strip() in ("isa", "device") and not value.startswith("="):
-            names = frozenset(v.strip() for v in value.split("|") if v.strip())
-            if key.strip() == "isa":
-                isa = names
-            else:
-                device = names
+        if eq and key.strip() in ("isa", "device", "cpu") and not value.startswith("="):
+            named[key.strip()] = frozenset(v.strip() for v in value.split("|") if v.strip())
             continue
         m = _CONDITION.match(part)
         if not m:
             raise WhereError(f"condition {part!r}: expected DIST<specifier> (torch<2.5), "
-                             "isa=LEVEL[|LEVEL] or device=NAME[|NAME]")
+                             "isa=LEVEL[|LEVEL], device=NAME[|NAME] or cpu=FLAG[|FLAG]")
         versions[m.group(1)] = m.group(2).replace(" ", "")
-    return Where(versions=versions, isa=isa, device=device)
+    return Where(versions=versions, isa=named.get("isa"), device=named.get("device"),
+                 cpu=named.get("cpu"))
+
+
+@functools.cache
+def cpu_flags() -> FrozenSet[str]:
+    """This machine's CPU feature flags (Linux's /proc/cpuinfo; empty where it has none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def split_line(line: str) -> Tuple[str, Optional[Where], str]:

@@ -131,3 +131,17 @@ def test_a_known_behaviour_no_case_needed_is_reported():
         "warning: known behaviour torch-sdpa-nan-query-short-keys held in 2 cases of this run "
         "and none showed it (fixed here? narrow its where in suite/known.py)"]
     assert stale_known_lines([held, used]) == []
+
+
+def test_a_cpu_flag_condition_holds_only_on_a_cpu_with_one_of_the_flags(monkeypatch):
+    """`cpu=FLAG|FLAG`: for kernels a library picks by the CPU's features (oneDNN's bfloat16
+    GEMM), whatever level torch dispatches to."""
+    w = parse("torch>=2.13; cpu=avx512_bf16|amx_bf16")
+    assert parse(w.text()) == w and w.cpu == {"avx512_bf16", "amx_bf16"}
+    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    monkeypatch.setattr(where, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert w.holds("cpu", "avx2")  # forced to a lower level: the CPU still has the flag
+    monkeypatch.setattr(where, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert not w.holds("cpu", "avx2")
+    with pytest.raises(WhereError, match="cpu: expected a set of names"):
+        Where(cpu="avx512_bf16")

@@ -35,6 +35,8 @@ SHOWS = {
     "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
     "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
     "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
+    # CPUs with AVX-512 BF16 / AMX only (oneDNN picks its bfloat16 GEMM by the CPU's flags)
+    "torch-bf16-matmul-odd-k-nan-row": ("torch", {}, r"NaN leaked into another row"),
     "torch-compile-fuse-attention-dynamic-scale": (
         "torch", {}, r"with a mask, 1/scale 2\.0: BackendCompilerFailed"),
     "torch-flex-nan-rows-zeroed": ("torch", {}, r"compiled flex = .*\(0 NaN"),
