@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -371,10 +372,32 @@ def _probe(cls: type) -> Optional[str]:
     return None if np.isfinite(out).all() else "the probe gave non-finite output"
 
 
+def forced_below_native() -> Optional[str]:
+    """Why inductor's code is not measured in this process, or None: ATEN_CPU_CAPABILITY
+    forces torch's kernels below the CPU's own level, and inductor's generated C++ then gives
+    wrong numbers and out-of-bounds indexing (measured, torch 2.13.0+cpu forced to avx2 on an
+    AVX-512 CPU: NaN in large_logits, two identical calls 5e13 apart, FlexAttention's index out
+    of bounds), so a lower level stands in for a CPU only for torch's own kernels."""
+    from suite import isa
+
+    forced = os.environ.get(isa.TORCH_ENV)
+    if not forced:
+        return None
+    native = isa.native_torch_level()
+    if native is None or forced.lower() == native:
+        return None
+    return (f"{isa.TORCH_ENV}={forced} forces torch below this CPU's level ({native}): "
+            "inductor's generated code is wrong there (measured); run without it")
+
+
 def variants() -> List[type]:
     """The compiled variants whose probe compiles and runs here (probed once per process
     and cached on disk per library versions: a probe compiles for seconds)."""
     candidates: List[type] = [TorchCompiled, TorchCompiledPattern]
+    below = forced_below_native()
+    if below:
+        DROPPED.update({c.name: below for c in (*candidates, TorchFlex)})
+        return []
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
         candidates.append(TorchFlex)

@@ -23,8 +23,9 @@ from suite.environment import library_versions
 CACHE_ENV = "MHA_SUITE_CACHE_DIR"  # overrides the user cache directory
 # The libraries whose versions decide what a probe finds.
 KEY_LIBRARIES = ("numpy", "torch", "jax", "jaxlib", "transformers", "keras", "flax")
-# Environment variables that decide which devices a framework offers in a process.
-PLATFORM_ENV = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")
+# Environment variables that decide which devices a framework offers in a process, and the
+# instruction-set level torch's kernels dispatch to (what a probe finds can differ there).
+PLATFORM_ENV = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "ATEN_CPU_CAPABILITY")
 # Source folders whose content decides what a built-in declares (features, deviations).
 _SOURCE_PACKAGES = ("implementations", "suite")
 

@@ -35,3 +35,18 @@ def test_the_textbook_graph_is_rewritten_into_sdpa(problems, kind):
 
 def test_the_suites_own_compiled_softmax_is_not_rewritten(problems):
     assert _ops(torch_compiled.TorchCompiled, problems["bias"]) == []
+
+
+def test_compiled_names_are_unavailable_when_torch_is_forced_below_the_cpus_level(monkeypatch):
+    """Inductor's code is wrong with ATEN_CPU_CAPABILITY below the CPU's level (measured):
+    the compiled names are dropped with that reason there, and only there."""
+    from suite import isa
+
+    monkeypatch.setattr(isa, "native_torch_level", lambda: "avx512")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert torch_compiled.forced_below_native() is None
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
+    assert torch_compiled.forced_below_native() is None  # the CPU's own level
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert torch_compiled.variants() == []
+    assert "forces torch below this CPU's level (avx512)" in torch_compiled.DROPPED["torch.compile"]
