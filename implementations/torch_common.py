@@ -41,6 +41,7 @@ import torch
 from suite import adapters
 from suite.adapters import AttendMask, attend_mask
 from suite.layouts import LAYOUTS, requested_layout
+from suite.layouts import check as check_layout
 from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 from suite.where import Where
@@ -84,10 +85,9 @@ def arrange(x: torch.Tensor, layout: str) -> torch.Tensor:
     ``layout`` (``suite.layouts.LAYOUTS``), built with torch's own views; ``expanded``:
     contiguous (the core broadcasts kv heads with ``expand_heads``, the mask in
     ``arrange_mask``)."""
+    check_layout(layout)
     if layout in ("contiguous", "expanded"):
         return x.contiguous()
-    if layout == "transposed":
-        return x.transpose(1, 2).contiguous().transpose(1, 2)
     if layout == "last_strided":
         return x.transpose(-1, -2).contiguous().transpose(-1, -2)
     if layout == "channels_last":
@@ -99,7 +99,7 @@ def arrange(x: torch.Tensor, layout: str) -> torch.Tensor:
         view = buf[1:, :, 1:L + 1, 2:D + 2]
         view.copy_(x)
         return view
-    raise ValueError(f"layout: expected one of {sorted(LAYOUTS)}, got {layout!r}")
+    return x.transpose(1, 2).contiguous().transpose(1, 2)  # transposed
 
 
 def expand_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

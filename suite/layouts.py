@@ -34,10 +34,6 @@ LAYOUTS: Dict[str, str] = {
                 "(multi-query problems), and a mask broadcast over heads with `expand`",
 }
 
-# The layouts that change how kv heads or the mask are broadcast, not only q/k/v strides.
-BROADCAST_LAYOUTS = frozenset({"expanded"})
-
-
 def check(layout: str) -> str:
     """``layout`` if it is a known layout name, else a ValueError listing them."""
     if layout not in LAYOUTS:
