@@ -29,7 +29,20 @@ from suite.plugin import Deviation
 cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
 
 
-class TorchCompiled(TorchEager):
+class CompiledPerShape:
+    """What the compiled names share: compiling happens in ``prepare`` (a warm call whose
+    seconds go to ``state["compile_s"]``), and ``fresh`` drops every compiled graph."""
+
+    compiles_per_shape = True
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        state["compile_s"] = warm_call(self, state)
+
+    def fresh(self):
+        return fresh_compiled(self)
+
+
+class TorchCompiled(CompiledPerShape, TorchEager):
     """``torch.compile`` of torch.eager's attention core (inductor; shapes turn dynamic
     after the first recompile)."""
 
@@ -58,11 +71,6 @@ class TorchCompiled(TorchEager):
             dead = None
         return self._compiled(q, k, v, mask.bias, mask.allowed, dead, scale), None
 
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        state["compile_s"] = warm_call(self, state)
-
-    def fresh(self) -> TorchCompiled:
-        return fresh_compiled(self)
 
 
 def _textbook(q, k, v, inv_scale: float):
@@ -85,7 +93,7 @@ def _constant_floats() -> Any:
         else contextlib.nullcontext()
 
 
-class TorchCompiledPattern(TorchCore):
+class TorchCompiledPattern(CompiledPerShape, TorchCore):
     """``torch.compile`` of attention as models write it: matmul, scale, softmax, matmul, the
     mask as an additive bias (-inf where not allowed). Inductor's attention pattern matcher
     (``torch._inductor.fx_passes.fuse_attention``) rewrites these graphs into SDPA's kernels
@@ -96,7 +104,6 @@ class TorchCompiledPattern(TorchCore):
     one call reached."""
 
     name = "torch.compile[pattern]"
-    compiles_per_shape = True
     deviations = {
         "nan_padding": Deviation(
             "confined", "NaN in a masked key or value position gives NaN rows, as in the "
@@ -126,11 +133,6 @@ class TorchCompiledPattern(TorchCore):
                 return self._plain(q, k, v, inv_scale), None
             return self._biased(q, k, v, mask.bias, inv_scale), None
 
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        state["compile_s"] = warm_call(self, state)
-
-    def fresh(self) -> TorchCompiledPattern:
-        return fresh_compiled(self)
 
 
 def rewritten_ops(impl: TorchCore, state: Dict[str, Any]) -> List[str]:
@@ -143,7 +145,7 @@ def rewritten_ops(impl: TorchCore, state: Dict[str, Any]) -> List[str]:
     return sorted({e.name for e in prof.events() if "scaled_dot_product" in e.name})
 
 
-class TorchFlex(TorchCore):
+class TorchFlex(CompiledPerShape, TorchCore):
     """FlexAttention (``torch.nn.attention.flex_attention``) with the whole mask as a score_mod.
 
     The score_mod reads the bias and the allowed mask through one flat index: indexing a
@@ -218,11 +220,6 @@ class TorchFlex(TorchCore):
             kw["score_mod"] = score_mod
         return self._flex(q, k, v, **kw), None  # (B, H, L, D)
 
-    def after_prepare(self, state: Dict[str, Any]) -> None:
-        state["compile_s"] = warm_call(self, state)
-
-    def fresh(self) -> TorchFlex:
-        return fresh_compiled(self)
 
 
 def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device: torch.device) -> Any:
