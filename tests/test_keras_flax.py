@@ -22,7 +22,8 @@ def _registry_without(monkeypatch, tmp_path, missing: str) -> registry.Registry:
     imported (``sys.modules[name] = None`` makes ``import name`` raise ModuleNotFoundError)."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))  # nothing described yet: load them
     monkeypatch.setitem(sys.modules, missing, None)
-    for module in ("implementations.keras_mha", "implementations.flax_mha"):
+    for module in ("implementations.keras_mha", "implementations.keras_common",
+                   "implementations.flax_mha"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setattr(registry, "BUILTINS", KERAS_FLAX_BUILTINS)
     monkeypatch.setattr(registry, "BUILTIN_FAMILIES", KERAS_FLAX_FAMILIES)
