@@ -9,7 +9,6 @@ import dataclasses
 
 import torch
 
-from examples.my_jax_attention import MyJaxAttention
 from implementations.jax_common import JaxModuleCore
 from implementations.torch_common import TorchModuleCore
 from suite import adapters
@@ -114,6 +113,8 @@ class FlaxWrapped(JaxModuleCore):
     features = frozenset({"valid_lens", "causal", "bool_mask", "cross"})
 
     def build(self, p, dtype):
+        from examples.my_jax_attention import MyJaxAttention  # flax: only these names need it
+
         return MyJaxAttention(p.H, bias=p.weights.b_q is not None), self.dense_params(p, dtype)
 
     def call(self, module, params, query, key, value, mask, need_weights):
