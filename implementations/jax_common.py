@@ -40,7 +40,7 @@ import numpy as np
 
 from suite import adapters, cache, probes
 from suite.adapters import AttendMask, attend_mask
-from suite.plugin import Implementation, Result
+from suite.plugin import Implementation, Result, Unsupported
 from suite.problem import Problem, cotangent
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
@@ -267,6 +267,55 @@ class JaxModuleCore(_Compiled):
                                        else {"bias": jnp.asarray(param.bias, t)})}
                 for role, param in adapters.to_conv1d(problem.weights).items()}
 
+    def read_weights(self, params: Any) -> Dict[str, np.ndarray]:
+        """The canonical weights held in parameters ``params`` (the tree ``build`` made),
+        under canonical names: the inverse of ``dense_params``, read through ``layers``
+        ({"kernel": (in, out), "bias": (out,)} each). A wrapper with its own parameter
+        layout overrides it beside ``build`` and ``weight_grads``."""
+        per_role = {}
+        for role, name in self.layers.items():
+            entry = params[name]
+            kernel = _np(entry["kernel"])
+            if kernel.ndim != 2:
+                raise ValueError(f"{name}: kernel {kernel.shape} is not an nn.Dense (in, out)")
+            per_role[role] = adapters.Param(kernel, _np(entry["bias"]) if "bias" in entry
+                                            else None)
+        return adapters.grads_from_conv1d(per_role)
+
+    def check_wrapper(self, problem: Problem) -> List[str]:
+        """The wrapper's own translation, before any verdict on the library: the weights
+        read back (``read_weights``) from the parameters ``build`` makes for ``problem``
+        (float32) must equal the problem's to float32 rounding. Returns what differs
+        (empty: the round trip holds); ``Unsupported`` when the wrapper builds its own
+        parameter layout and gives no ``read_weights`` the suite could read it with."""
+        own = (_overrides(self, "build") or _overrides(self, "dense_params")) \
+            and not _overrides(self, "read_weights")
+        if own and _overrides(self, "weight_grads"):
+            raise Unsupported("build and weight_grads are the wrapper's own (another parameter "
+                              "layout) and it gives no read_weights (their inverse)")
+        if set(self.layers) != set(adapters.ROLES):
+            raise Unsupported(f"layers {self.layers!r} does not name q, k, v and o")
+        _, params = self.build(problem, "float32")
+        try:
+            back = self.read_weights(params)
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+            if not own:
+                raise
+            raise Unsupported(f"build is the wrapper's own and its parameters cannot be read "
+                              f"back through layers ({type(exc).__name__}: {exc}); give "
+                              f"read_weights") from exc
+        return adapters.weight_differences(problem.weights, back, rtol=1e-6, atol=1e-6)
+
+    def check_mask(self, problem: Problem) -> List[str]:
+        """The wrapper's own mask translation: the ``MaskParts`` ``module_mask`` hands to
+        ``call``, read back by its convention into a (B, H, L, S) allowed matrix and bias,
+        must mean the canonical mask of ``problem`` (``suite.adapters.mask_differences``)."""
+        parts = self.module_mask(problem)
+        if not isinstance(parts, adapters.MaskParts):
+            raise Unsupported(f"module_mask returns {type(parts).__name__}, not "
+                              f"suite.adapters.MaskParts: the suite cannot read it back")
+        return adapters.mask_differences(problem, parts)
+
     def call(self, module: Any, params: Any, query, key, value, mask: adapters.MaskParts,
              need_weights: bool):
         """One forward (traced): -> output (B, L, E), or (output, weights (B, H, L, S))."""
@@ -323,6 +372,11 @@ class JaxModuleCore(_Compiled):
             return Result(_np(out), None, grads)
         out, weights = handle if isinstance(handle, tuple) else (handle, None)
         return Result(_np(out), None if weights is None else _np(weights))
+
+
+def _overrides(impl: Any, name: str) -> bool:
+    """Whether ``impl``'s class replaces ``JaxModuleCore``'s method ``name``."""
+    return getattr(type(impl), name) is not getattr(JaxModuleCore, name)
 
 
 def _np(a) -> np.ndarray:

@@ -317,23 +317,70 @@ class TorchModuleCore(TorchCore):
                 if bias is None:
                     raise Unsupported(f"{where} has no bias, the problem has one")
                 bias.copy_(torch.as_tensor(param.bias).reshape(bias.shape))
+            elif bias is not None:  # the problem has none: a zero bias, not the initial one
+                bias.zero_()
 
     def read_weights(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         """The weights the built module holds, under canonical names (the inverse of
-        ``load_weights``, read through ``layers`` as ``weight_grads`` reads gradients)."""
+        ``load_weights``, read through ``layers`` as ``weight_grads`` reads gradients).
+        A wrapper with its own weight layout (a packed ``in_proj_weight``, a ``Conv1D``)
+        overrides it beside ``load_weights``, so the ``wrapper`` checks can read it."""
         return self._by_role(module, lambda t: None if t is None else _np(t.detach()))
 
     def check_wrapper(self, problem: Problem) -> List[str]:
         """The wrapper's own translation, before any verdict on the library: the weights
-        read back from the module built and loaded for ``problem`` must equal the problem's
-        (float64). Returns what differs (empty: the round trip holds)."""
+        read back from the module built and loaded for ``problem`` (float64, on the CPU)
+        must equal the problem's. Returns what differs (empty: the round trip holds);
+        ``Unsupported`` when the wrapper loads its own layout and gives no ``read_weights``
+        that the suite could read it back with."""
+        own_load = _overrides(self, "load_weights") and not _overrides(self, "read_weights")
         module = self.build_for(problem, shared_input=False).to(torch.float64).eval()
+        if own_load:  # read through ``layers`` only where they are what the module holds
+            why = self._unreadable(module)
+            if why:
+                raise Unsupported(f"load_weights is the wrapper's own and it gives no "
+                                  f"read_weights (its inverse): {why}")
         with torch.no_grad():
             self.load_weights(module, problem)
-        back, want = self.read_weights(module), problem.weights.as_dict()
-        return [f"{n}: read back {None if n not in back else back[n].shape} differs from the "
-                f"problem's {w.shape}" for n, w in want.items() if w is not None
-                and (n not in back or back[n].shape != w.shape or not np.allclose(back[n], w))]
+        return adapters.weight_differences(problem.weights, self.read_weights(module))
+
+    def _unreadable(self, module: torch.nn.Module) -> Optional[str]:
+        """Why ``layers`` cannot stand for an overridden ``load_weights``'s layout on
+        ``module`` (None: every role is a layer whose type fixes its layout: ``nn.Linear``,
+        a 1x1 convolution, or an ``Einsum`` entry)."""
+        roles = set(self.layers) - {"qkv"} | ({"q", "k", "v"} if "qkv" in self.layers else set())
+        if roles != set(adapters.ROLES) or any(w is None for w in self.layers.values()):
+            return f"layers {self.layers!r} does not name a layer for each of q, k, v and o"
+        for role, where in self.layers.items():
+            if isinstance(where, Einsum):
+                continue
+            try:
+                layer = module.get_submodule(where)
+            except AttributeError:
+                return f"the module has no layer {where!r} (layers[{role!r}])"
+            conv = isinstance(layer, torch.nn.modules.conv._ConvNd) and all(
+                k == 1 for k in layer.kernel_size)
+            if not (isinstance(layer, torch.nn.Linear) or conv):
+                return (f"layer {where!r} is a {type(layer).__name__}, not an nn.Linear or a "
+                        f"1x1 convolution")
+        return None
+
+    def check_mask(self, problem: Problem) -> List[str]:
+        """The wrapper's own mask translation: the ``MaskParts`` ``module_mask`` hands to
+        ``call`` (float64, on the CPU), read back by its convention into a (B, H, L, S)
+        allowed matrix and bias, must mean the canonical mask of ``problem``
+        (``suite.adapters.mask_differences``). ``Unsupported`` when ``module_mask`` returns
+        the library's own arguments (a dict) rather than ``MaskParts``."""
+        parts = self.module_mask(problem, torch.device("cpu"), torch.float64)
+        if not isinstance(parts, adapters.MaskParts):
+            raise Unsupported(f"module_mask returns {type(parts).__name__}, not "
+                              f"suite.adapters.MaskParts: the suite cannot read the library's "
+                              f"own mask arguments back")
+        return adapters.mask_differences(problem, dataclasses.replace(parts, **{
+            n: None if a is None else a.detach().cpu().numpy() if isinstance(a, torch.Tensor)
+            else np.asarray(a)
+            for n, a in (("key_padding", parts.key_padding), ("mask", parts.mask),
+                         ("bias", parts.bias))}))
 
     def weight_grads(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         return self._by_role(module, lambda t: None if t is None or t.grad is None
@@ -438,6 +485,11 @@ class Einsum(NamedTuple):
     def tensors(self, module: torch.nn.Module):
         return (module.get_parameter(self.weight),
                 None if self.bias is None else module.get_parameter(self.bias))
+
+
+def _overrides(impl: Any, name: str) -> bool:
+    """Whether ``impl``'s class replaces ``TorchModuleCore``'s method ``name``."""
+    return getattr(type(impl), name) is not getattr(TorchModuleCore, name)
 
 
 # (E, H, K) of the problem whose weights a module holds, for mapping its gradients back.

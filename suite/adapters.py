@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -225,6 +225,140 @@ def additive_mask(problem: Problem, *, fill: float = -np.inf, dtype=np.float64,
     the bias where attended, ``fill`` elsewhere; None for an unmasked problem."""
     return split_mask(problem, key_padding=False, native_causal=(),
                       per_head=per_head).additive(fill, dtype)
+
+
+# ----------------------------------------------------------- the wrapper's own translation
+# A module wrapper translates the canonical problem into its library's terms; these read a
+# translation back and say where it differs from the canonical problem, so a plugin author
+# sees the wrapper's own mistake as such, before any verdict on the library (the ``wrapper``
+# case family, ``suite.wrapper_cases``).
+
+def mask_differences(problem: Problem, parts: MaskParts) -> List[str]:
+    """What the ``MaskParts`` a wrapper hands its library (NumPy arrays) mean, against the
+    canonical mask of ``problem``: each boolean part turned back to True = attend by its
+    ``true_means`` and joined with AND (key padding, the native causal flag, ``mask``), -inf
+    bias entries masked too, as a (B, H, L, S) allowed matrix, and the bias where both allow.
+    Returns what differs, with the likely cause where one part explains it (empty: the
+    translation holds)."""
+    B, H, L, S = problem.B, problem.H, problem.L, problem.S
+    full = (B, H, L, S)
+    if parts.true_means not in CONVENTIONS:
+        return [f"true_means: expected one of {CONVENTIONS}, got {parts.true_means!r}"]
+    out: List[str] = []
+    lift_mask = (lambda a: a) if parts.per_head else (lambda a: a[:, None])
+    shapes = {"key_padding": "(B, S)",
+              "mask": "(B, H|1, L, S)" if parts.per_head else "(B, L, S) (per_head=False)"}
+    bools: Dict[str, np.ndarray] = {}  # part -> (B, H, L, S), True = attend
+    for name, lift in (("key_padding", lambda a: a[:, None, None, :]), ("mask", lift_mask)):
+        a = getattr(parts, name)
+        if a is None:
+            continue
+        a = np.asarray(a)
+        if a.dtype != bool:
+            out.append(f"{name}: dtype {a.dtype}, expected bool (True = {parts.true_means})")
+            continue
+        try:
+            bools[name] = np.broadcast_to(lift(a if parts.true_means == "attend" else ~a), full)
+        except (ValueError, IndexError):
+            out.append(f"{name}: shape {a.shape} is not {shapes[name]} of {full}")
+    if parts.causal is not None:
+        if parts.causal not in CAUSAL_ALIGNS:
+            out.append(f"causal: expected None or one of {CAUSAL_ALIGNS}, got {parts.causal!r}")
+        else:
+            bools["causal"] = np.broadcast_to(causal_allowed(L, S, parts.causal), full)
+    bias = None
+    if parts.bias is not None:
+        try:
+            bias = np.broadcast_to(lift_mask(np.asarray(parts.bias, dtype=np.float64)), full)
+        except (ValueError, IndexError):
+            out.append(f"bias: shape {np.shape(parts.bias)} is not {shapes['mask']} of {full}")
+    if out:
+        return out
+
+    def allowed(parts_bools: Dict[str, np.ndarray]) -> np.ndarray:
+        a = np.ones(full, dtype=bool)
+        for b in parts_bools.values():
+            a = a & b
+        return a if bias is None else a & (bias > -np.inf)
+
+    m = problem.mask
+    want = m.dense_allowed(B, H, L, S)
+    want_bias = None if m.bias is None else np.broadcast_to(np.asarray(m.bias, np.float64), full)
+    if want_bias is not None:
+        want = want & (want_bias > -np.inf)
+    got = allowed(bools)
+    if not np.array_equal(got, want):
+        extra, lost = got & ~want, want & ~got
+        where = np.argwhere(extra if extra.any() else lost)[0]
+        line = (f"the mask allows {int(extra.sum())} entries the canonical mask masks and masks "
+                f"{int(lost.sum())} it allows of {got.size} (first at b={where[0]}, h={where[1]}, "
+                f"i={where[2]}, j={where[3]})")
+        flipped = [n for n in ("key_padding", "mask") if n in bools and np.array_equal(
+            allowed({**bools, n: ~bools[n]}), want)]
+        if flipped:
+            line += (f"; {flipped[0]} turned over matches: its True/False convention is "
+                     f"inverted (the parts say true_means={parts.true_means!r})")
+        else:
+            dropped = [k for k in sorted(m.kinds) if k != "bias" and np.array_equal(
+                got, _without(m, k).dense_allowed(B, H, L, S)
+                & (True if want_bias is None else want_bias > -np.inf))]
+            if dropped:
+                line += f"; it is the canonical mask without its {dropped[0]} part"
+        out.append(line)
+    both = got & want
+    g = np.zeros(full) if bias is None else bias
+    w = np.zeros(full) if want_bias is None else want_bias
+    if not np.allclose(np.where(both, g, 0.0), np.where(both, w, 0.0), rtol=1e-9, atol=1e-12):
+        diff = np.abs(np.where(both, g - w, 0.0))
+        what = "missing" if bias is None else "not the canonical one" if want_bias is not None \
+            else "present, the problem has none"
+        out.append(f"the bias is {what}: max abs difference {float(diff.max()):.3g} where "
+                   f"both allow")
+    return out
+
+
+def _without(mask: Mask, kind: str) -> Mask:
+    """``mask`` without its part of kind ``kind`` (a ``Mask.kinds`` name)."""
+    field = {"valid_lens": ("valid_lens", None), "causal": ("causal", False),
+             "causal_bottom_right": ("causal", False), "bool_mask": ("allowed", None),
+             "bias": ("bias", None)}[kind]
+    return dataclasses.replace(mask, **{field[0]: field[1]})
+
+
+def weight_differences(weights: Weights, back: Mapping[str, Any], *, rtol: float = 1e-12,
+                       atol: float = 0.0) -> List[str]:
+    """The weights a wrapper's module holds, read back under the canonical names (``back``:
+    name -> array), against the problem's ``weights``: a weight missing or shaped otherwise,
+    a value that differs (named when it is the weight transposed or another role's), and a
+    nonzero bias the problem does not have (a layer's initial bias left in). ``atol`` is
+    relative to the largest weight. Empty: the round trip holds."""
+    out: List[str] = []
+    want = {n: np.asarray(a, np.float64) for n, a in weights.as_dict().items() if a is not None}
+    for n, w in want.items():
+        b = back.get(n)
+        if b is None:
+            out.append(f"{n}: not read back; the problem's is {w.shape}")
+            continue
+        b = np.asarray(b, np.float64)
+        tol = atol * float(np.abs(w).max(initial=0.0))
+        if b.shape == w.shape and np.allclose(b, w, rtol=rtol, atol=tol):
+            continue
+        line = f"{n}: read back {b.shape} differs from the problem's {w.shape}"
+        if b.shape == w.shape:
+            line += f" (max abs difference {float(np.abs(b - w).max()):.3g})"
+        if b.shape == w.T.shape and np.allclose(b, w.T, rtol=rtol, atol=tol):
+            line += ": it is the problem's transposed"
+        else:
+            same = [m for m, x in want.items() if m != n and x.shape == b.shape
+                    and np.allclose(b, x, rtol=rtol, atol=tol)]
+            if same:
+                line += f": it holds the problem's {same[0]}"
+        out.append(line)
+    for n, b in back.items():
+        if n not in want and n.startswith("b_") and b is not None and np.any(np.asarray(b) != 0):
+            out.append(f"{n}: the module holds a nonzero bias, the problem has none (a layer's "
+                       f"initial bias left in)")
+    return out
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """Every conformance case with fixed inputs, one ``suite.cases.Case`` each: the agreement
-families (``suite.cases``), the mask forms (``suite.mask_forms``) and the property and
-gradient cases (``suite.property_cases``). ``mha-suite repro`` and the conformance tests
+families (``suite.cases``), the mask forms (``suite.mask_forms``), the property and
+gradient cases (``suite.property_cases``) and a module wrapper's own translation
+(``suite.wrapper_cases``). ``mha-suite repro`` and the conformance tests
 look cases up here.
 
 The Hypothesis family (``hypothesis/random_shapes``) is not here: it draws its problems
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from suite import cases, mask_forms, property_cases
+from suite import cases, mask_forms, property_cases, wrapper_cases
 from suite.cases import Case
 
 # Families whose problems are drawn, not fixed: no Case, no standalone reproducer.
@@ -22,7 +23,8 @@ DRAWN = {"hypothesis": "draws its problems with Hypothesis (derandomised: replay
 # known failures match on them).
 RENAMED = {"causal_gradients": "causality"}
 
-ALL: List[Case] = [*cases.CASES, *mask_forms.CASES, *property_cases.CASES]
+ALL: List[Case] = [*cases.CASES, *mask_forms.CASES, *property_cases.CASES,
+                   *wrapper_cases.CASES]
 
 
 def get(family: str, name: str) -> Case:

@@ -40,6 +40,9 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     "properties": ("repeatable", "batch_equals_items", "weights_are_distributions"),
     "gradients": ("plain", "masked", "causality"),
     "hypothesis": ("random_shapes",),
+    # a wrapper's own translation read back (no library call, milliseconds): the weights, and
+    # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once
+    "wrapper": ("weights", "mask_key_padding", "mask_bool"),
 }
 # mask_forms: this many of a plugin's declared forms, spread evenly over them in MASK_FORMS
 # order (from the 4-D broadcasts through 2-D and 3-D masks to padding masks and flags).

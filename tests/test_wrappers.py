@@ -25,7 +25,8 @@ def test_a_module_core_shows_the_wrapped_library_version_on_its_array_library(cl
 
 
 WRAPPER_NAMES = {"wrap.ok", "wrap.own_bug", "wrap.library_refuses", "wrap.transposed",
-                 "wrap.flax"}
+                 "wrap.flax", "wrap.mask_inverted", "wrap.drops_padding", "wrap.flax_ok",
+                 "wrap.flax_swapped_kv"}
 
 
 def _listed(proc):
@@ -77,3 +78,63 @@ def test_the_weights_round_trip_catches_a_wrapper_that_loads_them_wrong():
     assert reg.entries["wrap.ok"].impl.check_wrapper(p) == []
     wrong = reg.entries["wrap.transposed"].impl.check_wrapper(p)
     assert wrong and wrong[0].startswith("w_q: read back (8, 8) differs")
+    assert wrong[0].endswith("it is the problem's transposed")
+
+
+def _wrapper_outcomes(names, cases=None):
+    """name -> case -> (outcome, reason) of the wrapper family on the planted wrappers."""
+    from suite import catalog, registry
+    from suite.check import run_case
+
+    reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
+    return {n: {c.name: (o.outcome, o.reason or "") for c in catalog.of_family("wrapper")
+                if cases is None or c.name in cases
+                for o in [run_case(reg.entries[n].impl, n, "cpu", "float32", c)]}
+            for n in names}
+
+
+def test_the_wrapper_family_passes_correct_wrappers_and_skips_what_they_do_not_declare():
+    got = _wrapper_outcomes(["wrap.ok", "wrap.flax_ok"])
+    assert got["wrap.ok"]["weights"] == ("pass", "")
+    assert got["wrap.ok"]["weights_no_bias"] == ("pass", "")  # the initial bias is zeroed
+    assert got["wrap.ok"]["mask_bool"] == ("pass", "")
+    assert got["wrap.ok"]["mask_key_padding"] == ("unsupported", "needs valid_lens")
+    assert {c: o for c, (o, _) in got["wrap.flax_ok"].items()} == {
+        "weights": "pass", "weights_no_bias": "pass", "mask_key_padding": "pass",
+        "mask_causal": "pass", "mask_bool": "pass", "mask_bias": "unsupported",
+        "mask_combined": "unsupported"}
+
+
+def test_the_wrapper_family_blames_the_wrapper_for_its_own_mask_and_weights():
+    got = _wrapper_outcomes(["wrap.mask_inverted", "wrap.drops_padding", "wrap.flax_swapped_kv",
+                             "wrap.transposed"])
+    wrong = "the wrapper's own translation is wrong, not the library"
+    outcome, reason = got["wrap.mask_inverted"]["mask_bool"]
+    assert outcome == "fail" and reason.startswith(wrong)
+    assert "mask turned over matches: its True/False convention is inverted" in reason
+    outcome, reason = got["wrap.drops_padding"]["mask_key_padding"]
+    assert outcome == "fail" and "the canonical mask without its valid_lens part" in reason
+    assert got["wrap.drops_padding"]["mask_bool"][0] == "pass"  # its boolean mask is right
+    outcome, reason = got["wrap.flax_swapped_kv"]["weights"]
+    assert outcome == "fail" and reason.startswith(wrong)
+    assert "w_k: read back (16, 16) differs" in reason and "it holds the problem's w_v" in reason
+    assert got["wrap.flax_swapped_kv"]["mask_bool"][0] == "pass"
+    assert got["wrap.transposed"]["weights"][0] == "fail"
+
+
+def test_a_wrapper_with_its_own_layout_and_no_inverse_is_unsupported_not_failed():
+    """A packed in_proj_weight (torch.nn), a Conv1D, dict mask arguments, a Flax module's own
+    parameter tree: nothing the suite can read back, so unsupported with the reason."""
+    from suite import catalog, registry
+    from suite.check import run_case
+
+    reg = registry.build(builtins=True, entry_points=False, env={})
+    impl = reg.entries["torch.nn"].impl
+    weights = run_case(impl, "torch.nn", "cpu", "float32", catalog.get("wrapper", "weights"))
+    assert weights.outcome == "unsupported"
+    assert "load_weights is the wrapper's own and it gives no read_weights" in weights.reason
+    mask = run_case(impl, "torch.nn", "cpu", "float32", catalog.get("wrapper", "mask_bool"))
+    assert mask.outcome == "unsupported" and "module_mask returns dict" in mask.reason
+    numpy = run_case(reg.entries["numpy"].impl, "numpy", "cpu", "float32",
+                     catalog.get("wrapper", "weights"))
+    assert numpy.outcome == "unsupported" and numpy.reason.startswith("not a module wrapper")

@@ -1,12 +1,17 @@
-"""Planted wrappers of a small torch module (and one JAX one), as a user writes them with the
+"""Planted wrappers of a small torch module (and JAX ones), as a user writes them with the
 module cores: a correct one, one whose own ``call`` raises, one that hands torch an argument it
-refuses, and one whose ``load_weights`` transposes the weights (the wrapper's bug, not the
-library's). Their ``framework`` names another library than the core's array library."""
+refuses, one whose ``load_weights`` transposes the weights, two whose ``module_mask`` gets the
+mask wrong (True/False turned over; the key padding dropped), and a Flax module loaded right
+and loaded with k and v swapped (the wrapper's bugs, not the library's: the ``wrapper``
+family says so). Their ``framework`` names another library than the core's array library."""
+
+import dataclasses
 
 import torch
 
 from implementations.jax_common import JaxModuleCore
 from implementations.torch_common import TorchModuleCore
+from suite import adapters
 
 
 class Attention(torch.nn.Module):
@@ -71,3 +76,57 @@ class FlaxNamed(JaxModuleCore):
 
     def call(self, module, params, query, key, value, mask, need_weights):
         raise NotImplementedError
+
+
+class MaskInverted(Wrapped):
+    """Hands the module the mask turned over (True = masked) while its parts still say True =
+    attend: every masking case would blame torch."""
+
+    name = "wrap.mask_inverted"
+
+    def module_mask(self, problem, device, dtype):
+        parts = super().module_mask(problem, device, dtype)
+        return parts if parts.mask is None else dataclasses.replace(parts, mask=~parts.mask)
+
+
+class DropsPadding(Wrapped):
+    """Splits the key padding out (``key_padding=True``) and then leaves it behind."""
+
+    name = "wrap.drops_padding"
+    features = frozenset({"cross", "bool_mask", "valid_lens"})
+
+    def module_mask(self, problem, device, dtype):
+        parts = adapters.split_mask(problem, true_means="attend", key_padding=True,
+                                    native_causal=(), per_head=True)
+        mask = None if parts.mask is None else torch.as_tensor(parts.mask, device=device)
+        return dataclasses.replace(parts, key_padding=None, mask=mask)  # the padding is lost
+
+    def call(self, module, query, key, value, mask, need_weights):
+        return module(query, key, value, mask.mask), None
+
+
+class FlaxWrapped(JaxModuleCore):
+    """A Flax linen module with four ``nn.Dense`` projections, loaded right."""
+
+    name = "wrap.flax_ok"
+    framework = "flax"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "cross"})
+
+    def build(self, p, dtype):
+        from examples.my_jax_attention import MyJaxAttention  # flax: only these names need it
+
+        return MyJaxAttention(p.H, bias=p.weights.b_q is not None), self.dense_params(p, dtype)
+
+    def call(self, module, params, query, key, value, mask, need_weights):
+        return module.apply({"params": params}, query, key, value, mask=mask.mask)
+
+
+class FlaxSwappedKV(FlaxWrapped):
+    """Loads the key projection's weights into ``v_proj`` and the value's into ``k_proj``."""
+
+    name = "wrap.flax_swapped_kv"
+
+    def build(self, p, dtype):
+        module, params = super().build(p, dtype)
+        params["k_proj"], params["v_proj"] = params["v_proj"], params["k_proj"]
+        return module, params
