@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -156,7 +157,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
                 kw["enable_gqa"] = True
             else:  # the plugin repeats kv heads itself: that is the call the backend sees
                 k = v = k.repeat_interleave(2, dim=1)  # (B, H, S, D)
-        with context():
+        with context(), warnings.catch_warnings():  # "kernel not used because": the answer
+            warnings.simplefilter("ignore")
             out = F.scaled_dot_product_attention(q, k, v, **kw)
             if grad:
                 out.sum().backward()

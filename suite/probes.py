@@ -13,6 +13,7 @@ it collected when the implementation cannot run. Nothing here imports a framewor
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Callable, Iterator, List, Optional
 
 from suite import cache
@@ -56,7 +57,9 @@ def why_not(what: str, probe: Callable[[], Any]) -> Optional[str]:
     """None when ``probe()`` runs and returns anything but False or a string; else why not:
     the exception it raised (``what raised Type: message``), or the string it returned."""
     try:
-        result = probe()
+        with warnings.catch_warnings():  # a probe's warnings are not the user's to read
+            warnings.simplefilter("ignore")
+            result = probe()
     except Exception as exc:  # any failure means: not usable; kept as the reason
         return f"{what} raised {describe(exc)}"
     if isinstance(result, str):

@@ -206,13 +206,14 @@ def preflight(args: argparse.Namespace) -> Dict[str, Any]:
     from suite import preflight as check
     from suite import records, registry
 
-    entries = check.usable_entries(registry.shared(args.plugin), args.impl)
+    # The arguments first: a bad one is said before the registry probes any library.
     spec = grid(args)
     check.positive(args.threads, "--threads")
     check.positive(args.min_rounds, "--min-rounds")
     check.positive(args.max_time, "--max-time", integer=False)
     check.positive(args.memory_budget, "--memory-budget", integer=False)
     check.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
+    entries = check.usable_entries(registry.shared(args.plugin), args.impl)
     swept = sorted({p["device"] for p in spec["points"]})
     if args.shard:
         shard.check_has_work([(e.name, d) for e in entries for d in e.impl.devices()
