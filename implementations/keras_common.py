@@ -171,14 +171,26 @@ class KerasModuleCore(Implementation):
     def check_wrapper(self, problem: Problem) -> List[str]:
         """The wrapper's own translation, before any verdict on the library: the weights
         read back from the layer built and loaded for ``problem`` (float32) must equal the
-        problem's to float32 rounding. Returns what differs (empty: the round trip holds)."""
+        problem's to float32 rounding. Returns what differs (empty: the round trip holds);
+        ``Unsupported`` when the wrapper loads its own layout and gives no ``read_weights``."""
+        if _overrides(self, "load_weights") and not _overrides(self, "read_weights"):
+            raise Unsupported("load_weights is the wrapper's own and it gives no read_weights "
+                              "(its inverse)")
         layer = self._built(problem, "float32", self._tensors(problem, "float32"))
         self.load_weights(layer, problem)
-        back, want = self.read_weights(layer), problem.weights.as_dict()
-        return [f"{n}: read back {None if n not in back else back[n].shape} differs from the "
-                f"problem's {w.shape}" for n, w in want.items() if w is not None
-                and (n not in back or back[n].shape != w.shape
-                     or not np.allclose(back[n], w, rtol=1e-6, atol=1e-7))]
+        return adapters.weight_differences(problem.weights, self.read_weights(layer),
+                                           rtol=1e-6, atol=1e-6)
+
+    def check_mask(self, problem: Problem) -> List[str]:
+        """The wrapper's own mask translation: the ``MaskParts`` ``module_mask`` hands to
+        ``call``, read back by its convention, must mean the canonical mask of ``problem``
+        (``suite.adapters.mask_differences``); ``Unsupported`` for the library's own keyword
+        arguments (a dict)."""
+        parts = self.module_mask(problem)
+        if not isinstance(parts, adapters.MaskParts):
+            raise Unsupported(f"module_mask returns {type(parts).__name__}, not "
+                              f"suite.adapters.MaskParts: the suite cannot read it back")
+        return adapters.mask_differences(problem, parts)
 
     def weight_grads(self, layer: Any, grad_of: Callable[[Any], Any]) -> Dict[str, np.ndarray]:
         """The gradients of the ``layers``' kernels and biases (``grad_of(variable)``) under
@@ -203,9 +215,19 @@ class KerasModuleCore(Implementation):
 
     # -- the steps -----------------------------------------------------------------------
 
+    def _inputs(self) -> Tuple[str, ...]:
+        """The distinct inputs: query, key and value; query and one key/value input
+        (``kv_source = "shared"``); or one for all three (``"self"``)."""
+        return {"self": ("query",), "shared": ("query", "key")}.get(
+            self.kv_source, ("query", "key", "value"))
+
     def _tensors(self, problem: Problem, dtype: str):
-        return [keras.ops.convert_to_tensor(a, dtype=dtype)
-                for a in (problem.query, problem.key, problem.value)]
+        return [keras.ops.convert_to_tensor(getattr(problem, n), dtype=dtype)
+                for n in self._inputs()]
+
+    def _qkv(self, inputs: Sequence[Any]) -> Tuple[Any, Any, Any]:
+        """The distinct inputs as (query, key, value)."""
+        return (inputs[0], inputs[-1 if len(inputs) < 3 else 1], inputs[-1])
 
     def _built(self, problem: Problem, dtype: str, inputs, mask: Any = None) -> Any:
         """The layer ``build`` makes, built on the inputs when ``build`` left it unbuilt."""
@@ -215,7 +237,7 @@ class KerasModuleCore(Implementation):
                 if mask is None:
                     mask = _to_tensors(self.module_mask(problem), dtype)
                 with _no_grad():
-                    self.call(layer, *inputs, mask, False)
+                    self.call(layer, *self._qkv(inputs), mask, False)
         return layer
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
@@ -252,10 +274,13 @@ class KerasModuleCore(Implementation):
         trainable, non_trainable = layer.trainable_variables, layer.non_trainable_variables
         values = ([v.value for v in trainable], [v.value for v in non_trainable])
 
-        def fwd(t_values, n_values, q, k, v, arrays):
+        n_inputs = len(state["inputs"])
+
+        def fwd(t_values, n_values, *inputs_arrays):
+            *inputs, arrays = inputs_arrays
             mapping = list(zip(trainable, t_values)) + list(zip(non_trainable, n_values))
             with keras.StatelessScope(state_mapping=mapping):
-                return self.call(layer, q, k, v, rebuild(arrays), weights)
+                return self.call(layer, *self._qkv(inputs), rebuild(arrays), weights)
 
         def output(*a):  # the output alone, without the weights
             res = fwd(*a)
@@ -263,7 +288,7 @@ class KerasModuleCore(Implementation):
 
         fn, args = fwd, (*values, *state["inputs"], arrays)
         if state["grad"]:  # w.r.t. the trainable variables and the inputs
-            fn, args = with_vjp(output, (0, 2, 3, 4)), (*args, state["cotangent"])
+            fn, args = with_vjp(output, (0, *range(2, 2 + n_inputs))), (*args, state["cotangent"])
         key = (type(self), dtype, p.B, p.L, p.S, p.E, p.H, p.K, weights, state["grad"],
                _config(layer), tuple(tuple(v.shape) for v in (*trainable, *non_trainable)),
                repr(rebuild({n: None for n in arrays})),
@@ -276,7 +301,7 @@ class KerasModuleCore(Implementation):
             from implementations.jax_common import run_compiled
 
             return run_compiled(state)
-        layer, (q, k, v) = state["layer"], state["inputs"]
+        layer, (q, k, v) = state["layer"], self._qkv(state["inputs"])
         if state["grad"]:  # torch: forward + backward of sum(out * cotangent)
             for t in (*layer.trainable_variables, *state["inputs"]):
                 (t.value if hasattr(t, "value") else t).grad = None
@@ -316,8 +341,13 @@ class KerasModuleCore(Implementation):
             def grad_of(var):
                 return var.value.grad
         grads = self.weight_grads(layer, grad_of)
-        grads.update(zip(("query", "key", "value"), map(_np, g_inputs)))
+        grads.update(zip(self._inputs(), map(_np, g_inputs)))
         return Result(_np(out), None, grads)
+
+
+def _overrides(impl: Any, method: str) -> bool:
+    """Whether ``impl``'s class replaces the core's ``method``."""
+    return getattr(type(impl), method) is not getattr(KerasModuleCore, method)
 
 
 def _np(a) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The ``wrapper`` family: a module wrapper's own translation, checked before any verdict on
 the library it wraps.
 
-A plugin built on a module core (``TorchModuleCore``, ``JaxModuleCore``) translates the
+A plugin built on a module core (``TorchModuleCore``, ``JaxModuleCore``,
+``KerasModuleCore``) translates the
 canonical problem into its library's terms: the weights into the module's layers, the mask
 into the parts ``call`` hands the library. A mistake there (weights loaded transposed, a
 mask's True/False turned over, the key padding dropped) would otherwise show as the
@@ -43,8 +44,8 @@ def _judge(method: str, what: str):
         check = getattr(impl, method, None)
         if not callable(check):
             return out.classify("unsupported", f"not a module wrapper: no {method} (the module "
-                                               f"cores TorchModuleCore and JaxModuleCore give "
-                                               f"one)")
+                                               f"cores TorchModuleCore, JaxModuleCore and "
+                                               f"KerasModuleCore give one)")
         missing = missing_features(impl, p)
         if missing:
             return out.classify("unsupported", f"needs {', '.join(missing)}")

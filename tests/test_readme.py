@@ -220,3 +220,29 @@ def test_readme_ten_line_example_runs_the_masking_cases(cli, tmp_path):
     outcomes = {r["case"]: r["outcome"] for r in records}
     assert sum(o == "pass" for o in outcomes.values()) > 10, outcomes
     assert not {o for o in outcomes.values()} - {"pass", "deviation", "unsupported"}, outcomes
+
+
+def test_keras_core_example_runs_keras_gqa_layer(cli, tmp_path):
+    """The manual's Keras layer on KerasModuleCore (keras.layers.GroupQueryAttention): GQA,
+    masks, gradients and the wrapper checks pass, the declared NaN padding holds; the same
+    layer with the causal flag dropped in ``call`` fails the causal cases."""
+    pytest.importorskip("implementations.keras_common")  # keras on this process's backend
+    code = _block_with("Testing your own module", "KerasModuleCore")
+    select = ("masking/none or masking/causal or shapes/gqa or shapes/mqa or test_gradient "
+              "or wrapper or nan_value")
+    records = _run_example(cli, tmp_path, code, 20, "mine.keras_gqa", "-k", select)
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for key in (("masking", "causal"), ("shapes", "gqa"), ("shapes", "mqa"),
+                ("gradients", "plain"), ("gradients", "gqa"), ("wrapper", "weights"),
+                ("wrapper", "mask_causal")):
+        assert outcome[key] == "pass", key
+    assert outcome[("special_values", "nan_value_causal")] == "deviation"
+    wrong = code.replace('use_causal_mask=mask.causal == "top_left"', "use_causal_mask=False")
+    assert wrong != code
+    plugin, out = tmp_path / "wrong.py", tmp_path / "w.json"
+    plugin.write_text(wrong)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.keras_gqa", "--dtype",
+               "float32", "--workers", "0", "--json", str(out), "-k", "masking/causal")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    wrong_outcome = {r["case"]: r["outcome"] for r in json.loads(out.read_text())["results"]}
+    assert wrong_outcome["causal"] == "fail", wrong_outcome
