@@ -44,17 +44,20 @@ MASK_FORMS = frozenset({"bool_BHLS", "bool_B1LS", "bool_11LS", "bool_B11S", "boo
                         "causal_flag", "causal_flag+bool_B11S"})
 
 
-def build_module(p: Problem, dtype: str) -> nnx.MultiHeadAttention:
-    """An ``nnx.MultiHeadAttention`` holding the canonical weights (LinearGeneral layouts)."""
+def build_module(p: Problem, dtype: str, **options: Any) -> nnx.MultiHeadAttention:
+    """An ``nnx.MultiHeadAttention`` holding the canonical weights (LinearGeneral layouts);
+    ``options``: more constructor arguments (``precision``, ``attention_fn``...), over the
+    ones the problem sets."""
     w = p.weights
     present = [b is not None for b in (w.b_q, w.b_k, w.b_v, w.b_o)]
     if any(present) and not all(present):
         raise Unsupported("flax's use_bias is all or nothing: the problem has only some biases")
     t = JAX_DTYPES[dtype]
-    mha = nnx.MultiHeadAttention(num_heads=p.H, in_features=p.E, qkv_features=p.H * p.D,
-                                 out_features=p.E, num_kv_heads=p.K, dtype=t, param_dtype=t,
-                                 use_bias=all(present), dropout_rate=0.0, deterministic=True,
-                                 decode=False, normalize_qk=False, rngs=nnx.Rngs(0))
+    mha = nnx.MultiHeadAttention(**{
+        "num_heads": p.H, "in_features": p.E, "qkv_features": p.H * p.D, "out_features": p.E,
+        "num_kv_heads": p.K, "dtype": t, "param_dtype": t, "use_bias": all(present),
+        "dropout_rate": 0.0, "deterministic": True, "decode": False, "normalize_qk": False,
+        "rngs": nnx.Rngs(0), **options})
     kernels = adapters.to_einsum(w, p.H, p.K)  # q (E, H, D), k/v (E, K, D), o (H, D, E)
     for role, dense in zip("qkvo", (mha.query, mha.key, mha.value, mha.out)):
         dense.kernel[...] = jnp.asarray(kernels[role].weight, t)
@@ -72,6 +75,10 @@ class FlaxMHA(JaxModuleCore):
     # The +weights name always sows, so a sweep (which asks for no weights) times the path
     # its name says.
     returns_weights = False
+    # More constructor arguments for the module: a subclass sets one option, e.g.
+    # ``module_kwargs = {"precision": jax.lax.Precision.HIGHEST}`` (the weights still go in
+    # canonically).
+    module_kwargs: Dict[str, Any] = {}
     deviations = {
         "fully_masked_rows": Deviation(
             "mean_values", "a query row with no key to attend gives the mean of the values "
@@ -105,7 +112,12 @@ class FlaxMHA(JaxModuleCore):
 
     def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
         """The module split into its graph (static) and its state (the parameters)."""
-        return nnx.split(build_module(problem, dtype))
+        return nnx.split(build_module(problem, dtype, **self.module_kwargs))
+
+    def read_weights(self, params) -> Dict[str, np.ndarray]:
+        """The ``LinearGeneral`` kernels and biases of the state ``build`` made -> canonical
+        names (the inverse of ``build_module``'s loading)."""
+        return self.weight_grads(params)
 
     def call(self, graphdef, params, query, key, value, mask, need_weights):
         mha = nnx.merge(graphdef, params)

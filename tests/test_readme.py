@@ -246,3 +246,26 @@ def test_keras_core_example_runs_keras_gqa_layer(cli, tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:]
     wrong_outcome = {r["case"]: r["outcome"] for r in json.loads(out.read_text())["results"]}
     assert wrong_outcome["causal"] == "fail", wrong_outcome
+
+
+def test_flax_module_option_example_reaches_the_module_and_runs_the_cases(cli, tmp_path):
+    """The manual's flax.mha subclass builds its module with the option, its weights read
+    back, and it passes the masking cases flax.mha passes."""
+    pytest.importorskip("flax")
+    code = _block_with("Testing your own module", "module_kwargs")
+    scope: dict = {}
+    exec(compile(code, "jax.md", "exec"), scope)
+    from flax import nnx
+
+    from suite.problem import make_problem
+
+    impl, p = scope["Highest"](), make_problem(0, B=1, L=3, E=8, H=2)
+    module = nnx.merge(*impl.build(p, "float32"))
+    assert module.precision == module.query.precision == scope["jax"].lax.Precision.HIGHEST
+    assert impl.check_wrapper(p) == []
+    records = _run_example(cli, tmp_path, code, 20, "mine.flax*", "-k",
+                           "masking and (valid_lens or causal or none)")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    for case in ("none", "valid_lens", "causal"):
+        assert outcome[("masking", case)] == "pass", case
+    assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
