@@ -112,6 +112,23 @@ class HFModelCore(TorchModuleCore):
             target = model.out_linear if name is None else layer.get_submodule(name)
             load_param(target, param)
 
+    def read_weights(self, model: torch.nn.Module) -> Dict[str, np.ndarray]:
+        """The weights the first attention layer holds (``layers`` are paths in it; the added
+        output projection where it has none), under canonical names (the inverse of
+        ``load_weights``, read by the wrapper checks)."""
+        if type(self).load_weights is not HFModelCore.load_weights:
+            raise Unsupported("load_weights is the wrapper's own (another weight layout) and "
+                              "it gives no read_weights (its inverse)")
+        layer = self.first_attention(model)
+        per_role = {}
+        for role in adapters.ROLES:
+            name = self.layers.get(role)
+            t = model.out_linear if name is None else layer.get_submodule(name)
+            per_role[role] = adapters.Param(
+                t.weight.detach().double().cpu().numpy().T,
+                None if t.bias is None else t.bias.detach().double().cpu().numpy())
+        return adapters.grads_from_conv1d(per_role)
+
     def position_embeddings(self, query: torch.Tensor, p: Problem) -> Tuple[torch.Tensor, ...]:
         """Identity rotary embeddings (cos = 1, sin = 0), (B, L, D): no positional encoding."""
         cos = torch.ones(*query.shape[:2], p.D, device=query.device, dtype=query.dtype)

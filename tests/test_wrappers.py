@@ -138,3 +138,20 @@ def test_a_wrapper_with_its_own_layout_and_no_inverse_is_unsupported_not_failed(
     numpy = run_case(reg.entries["numpy"].impl, "numpy", "cpu", "float32",
                      catalog.get("wrapper", "weights"))
     assert numpy.outcome == "unsupported" and numpy.reason.startswith("not a module wrapper")
+
+
+def test_whole_model_wrappers_read_their_first_layers_weights_back():
+    """HFModelCore reads ``layers`` inside its ``attention`` path (and the added output
+    projection); a model with its own weight layout (GPT-2's packed c_attn) is unsupported."""
+    import pytest
+
+    from implementations import hf_model
+    from suite.plugin import Unsupported
+    from suite.problem import make_problem
+
+    p = make_problem(0, B=2, L=5, E=8, H=2)
+    named = {c.name: c for c in hf_model.variants()}
+    for name in ("hf.model.llama[eager]", "hf.model.bert[eager]"):
+        assert named[name]().check_wrapper(p) == [], name
+    with pytest.raises(Unsupported, match="load_weights is the wrapper's own"):
+        named["hf.model.gpt2[eager]"]().check_wrapper(p)
