@@ -308,21 +308,22 @@ def _nan_readers(p: Problem) -> np.ndarray:
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
                  fully_masked: str = "zero", nan_confined: bool = False,
                  bias_masked_nan: bool = False, nan_query_zero: bool = False,
-                 query_padded: str = "zero") -> List[Comparison]:
+                 query_padded: str = "zero", dots: Optional[str] = None) -> List[Comparison]:
     """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined``,
     ``bias_masked_nan``, ``nan_query_zero`` and ``query_padded`` apply declared policies to
     the reference instead of the spec. ``fully_masked`` holds for the rows with no key
-    except those a query-lengths form pads, which follow ``query_padded``."""
+    except those a query-lengths form pads, which follow ``query_padded``. ``dots`` (a
+    float32_dots policy) is how the baselines' float32 products take their operands."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
-    naive = oracle.baselines(p, dtype, fully_masked)
-    model_out, model_w = oracle.first_order(p, dtype, fully_masked)
+    naive = oracle.baselines(p, dtype, fully_masked, dots)
+    model_out, model_w = oracle.first_order(p, dtype, fully_masked, dots)
     padded = _query_padded_rows(p)  # (B, L, 1); padded in every head
     if padded.any() and query_padded != fully_masked:  # each row from its own policy
         q_out, q_w = oracle.oracle(p, query_padded)
         ref_out, ref_w = np.where(padded, q_out, ref_out), np.where(padded[:, None], q_w, ref_w)
         naive = [(np.where(padded, qn[0], n[0]), np.where(padded[:, None], qn[1], n[1]))
-                 for n, qn in zip(naive, oracle.baselines(p, dtype, query_padded))]
-        q_model_out, q_model_w = oracle.first_order(p, dtype, query_padded)
+                 for n, qn in zip(naive, oracle.baselines(p, dtype, query_padded, dots))]
+        q_model_out, q_model_w = oracle.first_order(p, dtype, query_padded, dots)
         model_out = np.where(padded, q_model_out, model_out)
         model_w = np.where(padded[:, None], q_model_w, model_w)
     if nan_query_zero:  # nan_query_rows=zero: those output rows are the output bias
@@ -385,7 +386,9 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     # A declaration holds where its ``where`` says (versions, level, device, problems): a
     # per-dtype one in its dtype only; elsewhere the spec's answer is required.
     policies = deviations_for(impl, dtype, out.device, isa)
-    declared: Dict[str, Deviation] = {b: policies[b] for b in exhibited if b in policies
+    # every float32 problem shows how its products take their operands
+    shown = exhibited + (["float32_dots"] if dtype == "float32" else [])
+    declared: Dict[str, Deviation] = {b: policies[b] for b in shown if b in policies
                                       and policies[b].where.holds_for(p, dtype, isa)}
     known = [kb for kb in held if kb.behaviour not in declared]
     spec = "; ".join(c.describe() for c in failed) + _where(failed, res, p, out)
@@ -396,7 +399,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     policy = _comparisons(p, res, dtype, with_weights,
                           policy_of.get("fully_masked_rows", "zero"), "nan_padding" in policy_of,
                           "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of,
-                          policy_of.get("query_padded_rows", "zero"))
+                          policy_of.get("query_padded_rows", "zero"),
+                          policy_of.get("float32_dots"))
     said = "; ".join([d.describe(b) for b, d in declared.items()]
                      + [kb.describe() for kb in known])
     broken = [c for c in policy if not c.passed]

@@ -29,6 +29,11 @@ import numpy as np
 from suite.problem import Problem
 
 ORDERS = ("blas", "sequential")
+# How float32 matrix products may take their operands (a declared ``float32_dots`` policy,
+# suite.plugin.POLICIES): None = as float32; "tf32" = rounded to TF32 first (10 stored
+# mantissa bits, float32's exponent), accumulated in float32, as GPU tensor cores run float32
+# dots by default in JAX and Triton.
+DOTS = (None, "tf32")
 # What a query row with no key to attend gives (the spec is "zero"); the other policies are
 # the behaviours a plugin may declare (suite.plugin.FULLY_MASKED_POLICIES).
 FULLY_MASKED = ("zero", "nan", "mean_values", "unmasked")
@@ -47,6 +52,12 @@ def _round32(x: np.ndarray, dtype: str) -> np.ndarray:
         return x
     if dtype == "float16":
         return x.astype(np.float16).astype(np.float32)
+    if dtype == "tf32":  # the top 19 bits of float32 (10 mantissa bits), nearest even
+        f = np.ascontiguousarray(x)
+        bits = f.view(np.uint32).astype(np.uint64)
+        bits = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
+        out = bits.astype(np.uint32).view(np.float32)
+        return np.where(np.isfinite(f), out, f)
     if dtype == "bfloat16":
         # bfloat16 = the top 16 bits of float32, rounded to nearest even.
         f = np.ascontiguousarray(x)
@@ -60,11 +71,16 @@ def _round32(x: np.ndarray, dtype: str) -> np.ndarray:
 class Arithmetic:
     """The operations of the forward and backward passes in one dtype and reduction order."""
 
-    def __init__(self, dtype: str = "float64", order: str = "blas") -> None:
+    def __init__(self, dtype: str = "float64", order: str = "blas",
+                 dots: Optional[str] = None) -> None:
         if order not in ORDERS:
             raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+        if dots not in DOTS:
+            raise ValueError(f"dots: expected one of {DOTS}, got {dots!r}")
         round_to(np.zeros(1), dtype)  # an unknown dtype fails here, naming itself
         self.dtype, self.order = dtype, order
+        # float32 products' operands rounded to TF32 first (a declared float32_dots policy)
+        self.dots = dots if dtype == "float32" else None
         # Storage and accumulation type: float64 for the oracle, float32 below it.
         self.acc = np.float64 if dtype == "float64" else np.float32
 
@@ -76,6 +92,8 @@ class Arithmetic:
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a (..., M, N) @ b (..., N, P), accumulated in acc, rounded once at the end."""
         a, b = np.asarray(a, self.acc), np.asarray(b, self.acc)
+        if self.dots is not None:
+            a, b = _round32(a, self.dots), _round32(b, self.dots)
         if self.order == "blas":
             return self.r(np.matmul(a, b))
         n = a.shape[-1]
@@ -119,7 +137,7 @@ def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
         with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf follow IEEE on purpose
             return _forward(p, ar, fully_masked)
 
-    return _memo(("forward", digest(p), ar.dtype, ar.order, fully_masked), compute)
+    return _memo(("forward", digest(p), ar.dtype, ar.order, ar.dots, fully_masked), compute)
 
 
 def _memo(key: tuple, compute: Any) -> Any:
@@ -252,33 +270,35 @@ def oracle(p: Problem, fully_masked: str = "zero") -> Tuple[np.ndarray, np.ndarr
     return f["out"], f["weights"]
 
 
-def naive(p: Problem, dtype: str, order: str = "blas", fully_masked: str = "zero"
-          ) -> Tuple[np.ndarray, np.ndarray]:
-    """The plain algorithm in ``dtype`` with reduction ``order`` (output, weights), as float64."""
-    f = forward(p, Arithmetic(dtype, order), fully_masked)
+def naive(p: Problem, dtype: str, order: str = "blas", fully_masked: str = "zero",
+          dots: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """The plain algorithm in ``dtype`` with reduction ``order`` (output, weights), as float64;
+    ``dots``: how float32 products take their operands (``DOTS``)."""
+    f = forward(p, Arithmetic(dtype, order, dots), fully_masked)
     return f["out"].astype(np.float64), f["weights"].astype(np.float64)
 
 
-def baselines(p: Problem, dtype: str, fully_masked: str = "zero"
+def baselines(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optional[str] = None
               ) -> List[Tuple[np.ndarray, np.ndarray]]:
     """naive_t in every reduction order; the rule takes the largest error among them."""
-    return [naive(p, dtype, order, fully_masked) for order in ORDERS]
+    return [naive(p, dtype, order, fully_masked, dots) for order in ORDERS]
 
 
 # Unit roundoff per dtype: half the distance from 1.0 to the next value.
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11,
-                 "bfloat16": 2.0**-8}
+                 "bfloat16": 2.0**-8, "tf32": 2.0**-11}
 
 
-def first_order(p: Problem, dtype: str, fully_masked: str = "zero"
+def first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optional[str] = None
                 ) -> Tuple[np.ndarray, np.ndarray]:
     """The first-order rounding bound of ``p`` in ``dtype`` (``_first_order``), computed once
     per problem and dtype in this process."""
-    return _memo(("first_order", digest(p), dtype, fully_masked),
-                 lambda: _first_order(p, dtype, fully_masked))
+    dots = dots if dtype == "float32" else None
+    return _memo(("first_order", digest(p), dtype, fully_masked, dots),
+                 lambda: _first_order(p, dtype, fully_masked, dots))
 
 
-def _first_order(p: Problem, dtype: str, fully_masked: str = "zero"
+def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optional[str] = None
                  ) -> Tuple[np.ndarray, np.ndarray]:
     """The size of the error that rounding every stored intermediate to ``dtype`` once
     gives the output (B, L, E) and the weights (B, H, L, S), to first order, in their units.
@@ -292,8 +312,12 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero"
     happened to round on one seed (a row with two nearly tied logits makes every plain
     order's error a lottery; this is the size of the draw). The root sum of squares is
     scaled by sqrt(2 ln 2n), n the entries compared, as the rule compares the largest error.
+    With ``dots`` ("tf32"), each product of a matmul also carries the rounding of its two
+    operands to that format (2 u_dots^2 |a b|^2 in place of u^2 |a b|^2).
     """
     u2 = UNIT_ROUNDOFF[dtype] ** 2
+    # a matmul's products: each rounded once (u), or its operands rounded to ``dots`` first
+    ud2 = 2 * UNIT_ROUNDOFF[dots] ** 2 + u2 if dots else u2
     f = forward(p, EXACT, fully_masked)
     B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
     w, x = f["w"], f["x"]
@@ -304,8 +328,8 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero"
 
     def proj_var(inp: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
         # each product x_i W_ij and the result rounded once: u^2 (x^2 @ W^2 + b^2)
-        var = sq(inp) @ sq(wm)  # (B, L, out)
-        return u2 * (var if b is None else var + sq(b))
+        var = ud2 * (sq(inp) @ sq(wm))  # (B, L, out)
+        return var if b is None else var + u2 * sq(b)
 
     dq = proj_var(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
     dk = proj_var(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
@@ -317,16 +341,16 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero"
     seen = weights > 0  # only keys a row weighs carry its error (masked logits are -inf)
     s2 = float(p.effective_scale) ** 2
     kt, dkt = k2.transpose(0, 1, 3, 2), dk.transpose(0, 1, 3, 2)  # (B, H, D, S)
-    dl = u2 * sq(f["logits"]) + s2 * (u2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S)
+    dl = u2 * sq(f["logits"]) + s2 * (ud2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S)
     dl = np.where(seen, dl, 0.0)
     heads = np.nan_to_num(f["heads"])  # (B, H, L, D)
     vals = np.nan_to_num(f["v"])  # (B, H, S, D)
     spread = np.square(vals[:, :, None, :, :] - heads[:, :, :, None, :])  # (v_j - h)^2 (B, H, L, S, D)
     dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True)) + u2 * w2  # (B, H, L, S)
     dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
-          + u2 * (w2 @ v2) + u2 * np.square(heads))  # (B, H, L, D)
+          + ud2 * (w2 @ v2) + u2 * np.square(heads))  # (B, H, L, D)
     dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
-    dout = (dcat + u2 * sq(f["concat"])) @ sq(w["w_o"]) + u2 * sq(f["out"])  # (B, L, E)
+    dout = (dcat @ sq(w["w_o"]) + ud2 * (sq(f["concat"]) @ sq(w["w_o"])) + u2 * sq(f["out"]))  # (B, L, E)
     # Each entry's error is a sum of many independent roundings (about Gaussian, std the
     # root sum of squares above); the largest of n such entries is about std *
     # sqrt(2 ln 2n) (the expected maximum of n half-normal draws): the rule compares maxima.

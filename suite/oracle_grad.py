@@ -7,7 +7,7 @@ dtype t, in every reduction order, the baselines of the gradient agreement rule 
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -49,6 +49,8 @@ def grads(p: Problem, ar: Arithmetic = EXACT) -> Dict[str, np.ndarray]:
     return {n: np.asarray(a, dtype=np.float64) for n, a in out.items()}
 
 
-def naive_grads(p: Problem, dtype: str) -> List[Dict[str, np.ndarray]]:
-    """The backward pass in ``dtype``, once per reduction order."""
-    return [grads(p, Arithmetic(dtype, order)) for order in ORDERS]
+def naive_grads(p: Problem, dtype: str, dots: Optional[str] = None
+                ) -> List[Dict[str, np.ndarray]]:
+    """The backward pass in ``dtype``, once per reduction order; ``dots``: how float32
+    products take their operands (``suite.oracle.DOTS``)."""
+    return [grads(p, Arithmetic(dtype, order, dots)) for order in ORDERS]

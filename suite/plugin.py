@@ -103,6 +103,11 @@ POLICIES: Dict[str, Dict[str, str]] = {
                        "the mean of the values",
         "unmasked": "the padded query row attends as if nothing were masked",
     },
+    "float32_dots": {  # how float32 matrix products take their operands (the spec: as float32)
+        "tf32": "float32 matrix products round their operands to TF32 (10 mantissa bits) and "
+                "accumulate in float32, as tensor cores do: the rule's naive_t and rounding "
+                "bound round the same operands, so every other error is still a failure",
+    },
     "nan_query_rows": {  # a query row holding NaN or inf (the spec: its output row is NaN)
         "zero": "the row's head outputs are zero (its output row is the output bias), as for "
                 "a row with no key, instead of NaN",

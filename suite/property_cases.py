@@ -17,20 +17,36 @@ import numpy as np
 from suite import oracle
 from suite.agreement import ATOL, K_GRAD, compare, max_abs_err
 from suite.cases import Case, case
-from suite.check import Outcome, attempt
+from suite.check import Outcome, attempt, implementation_isa
 from suite.oracle_grad import grads, naive_grads
-from suite.plugin import Implementation, declared, expressible, without_projection_biases
+from suite.plugin import (
+    Deviation,
+    Implementation,
+    declared,
+    deviations_for,
+    expressible,
+    without_projection_biases,
+)
 from suite.problem import Mask, Problem, cotangent, make_problem
 
 CASES: List[Case] = []
 
 
-def _slack(impl: Implementation, p: Problem, dtype: str) -> float:
+def _dots(impl: Implementation, out: Outcome, p: Problem) -> Optional[Deviation]:
+    """The float32_dots policy ``impl`` declares where this run is (None: float32 products)."""
+    if out.dtype != "float32":
+        return None
+    isa = implementation_isa(impl, out.device)
+    d = deviations_for(impl, out.dtype, out.device, isa).get("float32_dots")
+    return d if d is not None and d.where.holds_for(p, out.dtype, isa) else None
+
+
+def _slack(impl: Implementation, p: Problem, dtype: str, dots: Optional[str] = None) -> float:
     """Two results each within the rule's bound of the oracle differ by at most twice it."""
     if not declared(impl, "projection_bias"):  # the bound of the problem it was given
         p = without_projection_biases(p)
     ref, _ = oracle.oracle(p)
-    c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype)], dtype)
+    c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype, dots=dots)], dtype)
     return 2 * c.bound
 
 
@@ -47,7 +63,8 @@ def _judge_permutation(impl: Implementation, out: Outcome, p: Problem) -> Outcom
     if refused:
         return out.classify(*refused)
     err = max_abs_err(res[1].output, res[0].output[:, perm])
-    bound = _slack(impl, p, out.dtype)
+    dots = _dots(impl, out, p)
+    bound = _slack(impl, p, out.dtype, dots and dots.policy)
     if not err <= bound:
         out.classify("fail", f"out(P x) - P out(x): max abs {err:.3g} > {bound:.3g}")
     return out
@@ -97,7 +114,8 @@ def _judge_batch(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     if refused:
         return out.classify(*refused)
     err = max(max_abs_err(r.output[0], res[0].output[b]) for b, r in enumerate(res[1:]))
-    bound = _slack(impl, p, out.dtype)
+    dots = _dots(impl, out, p)
+    bound = _slack(impl, p, out.dtype, dots and dots.policy)
     if not err <= bound:
         out.classify("fail", f"batch vs items: max abs {err:.3g} > {bound:.3g}")
     return out
@@ -136,13 +154,13 @@ def _inputs(impl: Implementation) -> Tuple[str, ...]:
     return _INPUTS[declared(impl, "kv_source")]
 
 
-def _reference(impl: Implementation, p: Problem, dtype: str
+def _reference(impl: Implementation, p: Problem, dtype: str, dots: Optional[str] = None
                ) -> Tuple[Dict[str, np.ndarray], List[Dict[str, np.ndarray]]]:
     """Oracle and same-dtype gradients of what ``impl`` ran; an input a plugin takes for
     several roles gets their sum (one key/value source: key + value under "key"; one input
     for all three: query + key + value under "query")."""
     p = expressible(impl, p)
-    ref, base = grads(p), naive_grads(p, dtype)
+    ref, base = grads(p), naive_grads(p, dtype, dots)
     inputs = _inputs(impl)
     for g in (ref, *base):
         for n in ("query", "key", "value")[len(inputs):]:
@@ -167,6 +185,17 @@ def _judge_gradient(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     out.comparisons = [compare(f"grad {n}", got[n], ref[n], [b[n] for b in base],
                                out.dtype, k=K_GRAD) for n in ref]
     failed = [c for c in out.comparisons if not c.passed]
+    dots = _dots(impl, out, p) if failed else None
+    if dots is not None:  # float32_dots declared here: the baselines round the same operands
+        spec = failed[0].describe()
+        _, base = _reference(impl, p, out.dtype, dots.policy)
+        out.comparisons = [compare(f"grad {n}", got[n], ref[n], [b[n] for b in base],
+                                   out.dtype, k=K_GRAD) for n in ref]
+        failed = [c for c in out.comparisons if not c.passed]
+        if not failed:
+            out.policies_used = sorted(set(out.policies_used) | {"float32_dots"})
+            return out.classify("deviation", f"declared {dots.describe('float32_dots')}; "
+                                             f"checked (spec: {spec})")
     if failed:
         out.classify("fail", "; ".join(c.describe() for c in failed))
     return out

@@ -98,7 +98,8 @@ class Where:
 
     def holds(self, device: Optional[str] = None, isa: Optional[str] = None) -> bool:
         """True in this environment (the problem condition ``when`` aside)."""
-        if self.device is not None and (device or "").split("[")[0] not in self.device:
+        # a device's kind: "cuda:1" is a cuda device (its index is not part of the condition)
+        if self.device is not None and (device or "").split("[")[0].split(":")[0] not in self.device:
             return False
         if self.isa is not None and (isa or "") not in self.isa:
             return False

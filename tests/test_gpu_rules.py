@@ -1,0 +1,76 @@
+"""What the first GPU run (an H200) found in the suite's own rules: a device condition
+``cuda`` must hold on ``cuda:0``, and float32 products on TF32 operands (JAX's and Triton's
+default on a GPU) are a declared, checked policy (float32_dots=tf32), not a blanket excuse."""
+
+import numpy as np
+import pytest
+
+from suite import check, oracle
+from suite.agreement import compare
+from suite.cases import get
+from suite.plugin import Deviation
+from suite.where import Where
+from tests.plugins import tf32_numpy
+
+
+def test_a_device_condition_holds_on_every_index_of_that_device():
+    cuda = Where(device=frozenset({"cuda"}))
+    assert cuda.holds("cuda:0") and cuda.holds("cuda:1") and cuda.holds("cuda")
+    assert not cuda.holds("cpu") and not cuda.holds("cpu-interpret")
+    assert not Where(device=frozenset({"cpu"})).holds("cpu-interpret")
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest_even():
+    one = np.float32(1.0)
+    ulp = np.float32(2.0**-10)  # TF32's spacing at 1.0
+    x = np.array([one + ulp / 4, one + 3 * ulp / 4, one + ulp / 2, one + 3 * ulp / 2,
+                  np.inf, -np.inf, np.nan], np.float32)
+    got = oracle.round_to(x, "tf32")
+    assert got[:4].tolist() == [1.0, 1.0 + 2.0**-10, 1.0, 1.0 + 2 * 2.0**-10]  # ties to even
+    assert np.isposinf(got[4]) and np.isneginf(got[5]) and np.isnan(got[6])
+    assert oracle.UNIT_ROUNDOFF["tf32"] == 2.0**-11
+
+
+def _outcomes(impl, names):
+    return {n: check.run_case(impl, impl.name, "cpu", "float32", get(*n.split("/"))) for n in names}
+
+
+@pytest.mark.parametrize("name", ["shapes/odd_lengths", "masking/combined", "numerics/large_logits",
+                                  "masking/causal_bottom_right_long_query"])
+def test_tf32_products_fail_the_float32_rule_unless_declared_and_then_are_checked(name):
+    undeclared = _outcomes(tf32_numpy.Tf32Undeclared(), [name])[name]
+    declared = _outcomes(tf32_numpy.Tf32Declared(), [name])[name]
+    assert undeclared.outcome == "fail", undeclared.reason
+    assert declared.outcome == "deviation", declared.reason
+    assert "float32_dots=tf32" in declared.reason and "float32_dots" in declared.policies_used
+
+
+def test_the_tf32_policy_does_not_excuse_a_real_bug():
+    for name in ("masking/combined", "masking/causal_bottom_right_long_query"):
+        out = _outcomes(tf32_numpy.Tf32IgnoresMask(), [name])[name]
+        assert out.outcome == "fail" and "nor does it follow the declared policy" in out.reason
+
+
+def test_a_tf32_policy_for_cuda_does_not_hold_on_the_cpu():
+    class OnCuda(tf32_numpy.Tf32Undeclared):
+        name = "tf32.cuda_only"
+        deviations = {"float32_dots": Deviation("tf32", "on a GPU only",
+                                                Where(device=frozenset({"cuda"})))}
+
+    assert _outcomes(OnCuda(), ["shapes/odd_lengths"])["shapes/odd_lengths"].outcome == "fail"
+
+
+def test_the_tf32_bound_separates_what_the_h200_measured():
+    """Errors recorded on an NVIDIA H200 (jax 0.11.2, triton 3.6.0): JAX's TF32 errors equal
+    the TF32 naive's and pass; the masking errors of jax.nn there stay far outside."""
+    measured = {("shapes", "length_1"): (0.0011, 17.3), ("masking", "causal_bottom_right_long_query"):
+                (0.00149, 0.761), ("tiles", "masked_blocks_bool"): (0.000492, 0.229)}
+    for (family, name), (tf32_err, bug_err) in measured.items():
+        p = get(family, name).problem()
+        ref, _ = oracle.oracle(p)
+        naive = [n[0] for n in oracle.baselines(p, "float32", dots="tf32")]
+        model, _ = oracle.first_order(p, "float32", dots="tf32")
+        c = compare("output", ref, ref, naive, "float32", model=model)
+        plain = compare("output", ref, ref, [n[0] for n in oracle.baselines(p, "float32")],
+                        "float32", model=oracle.first_order(p, "float32")[0])
+        assert plain.bound < tf32_err <= c.bound < bug_err / 10, (name, plain.bound, c.bound)
