@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np
+from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np, tf32_on_gpu
 from suite import adapters, cache, probes
 from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
@@ -88,6 +88,7 @@ class FlaxMHA(JaxModuleCore):
         "nan_padding": Deviation(
             "confined", "NaN in a masked value position gives NaN rows: the masked weight is "
                         f"0 and 0 * NaN is NaN in weights @ v (measured, flax {flax.__version__})"),
+        "float32_dots": tf32_on_gpu("the module's float32 dots (projections and attention)"),
     }
 
     def framework_version(self) -> str:

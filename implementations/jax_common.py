@@ -40,12 +40,22 @@ import numpy as np
 
 from suite import adapters, cache, probes
 from suite.adapters import AttendMask, attend_mask
-from suite.plugin import Implementation, Result, Unsupported
+from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import Problem, cotangent
+from suite.where import Where
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
 JAX_DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+
+
+def tf32_on_gpu(what: str = "its float32 dots") -> Deviation:
+    """float32_dots=tf32 on a CUDA device: JAX's default precision (no
+    ``jax_default_matmul_precision`` set) runs float32 dots there on TF32 operands."""
+    return Deviation("tf32", f"on a GPU {what} run at JAX's default precision, which takes the "
+                             "operands as TF32 (measured on an NVIDIA H200, jax 0.11.2: each "
+                             "float32 case's error equals the TF32 naive's)",
+                     Where(device=frozenset({"cuda"})))
 
 
 def jax_device(device: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from implementations.jax_common import JaxCore, masked_softmax, zero_dead_values
+from implementations.jax_common import JaxCore, masked_softmax, tf32_on_gpu, zero_dead_values
 from suite.plugin import Deviation
 
 
@@ -13,7 +13,8 @@ class JaxJit(JaxCore):
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "
-                    "masked for every row are zeroed first; measured, special_values cases)")}
+                    "masked for every row are zeroed first; measured, special_values cases)"),
+        "float32_dots": tf32_on_gpu()}
 
     def attend(self, q, k, v, mask, scale, need_weights):
         s = (q @ k.swapaxes(-1, -2)) * scale  # (B, H, L, S)

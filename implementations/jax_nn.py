@@ -13,7 +13,7 @@ from typing import List, Sequence
 import jax
 import jax.numpy as jnp
 
-from implementations.jax_common import JaxCore, gpu_count
+from implementations.jax_common import JaxCore, gpu_count, tf32_on_gpu
 from suite import adapters, cache, probes
 from suite.plugin import Deviation, Unavailable
 
@@ -71,6 +71,7 @@ class JaxNN(JaxCore):
                    "the logits and the softmax of a row of -inf is NaN, while a row its "
                    "boolean mask empties gives the mean of the values (measured, tiles and "
                    f"special_values cases, jax {jax.__version__})"),
+        "float32_dots": tf32_on_gpu("jax.nn.dot_product_attention's float32 dots"),
     }
 
     def __init__(self) -> None:

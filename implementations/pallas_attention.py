@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from implementations.jax_common import JaxCore
+from implementations.jax_common import JaxCore, tf32_on_gpu
 from suite import probes
 from suite.adapters import AttendMask, form_mask, requested_form, split_mask
 from suite.plugin import INTERPRETED_CPU, WINDOW_FORMS, Deviation, Unsupported, interpreted
@@ -98,7 +98,8 @@ class PallasGpuFlash(PallasCore):
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN value at a key the causal mask hides from a row reaches that row: "
                     "the masked weight is 0 and 0 * NaN is NaN in p @ v (measured, "
-                    "special_values/nan_value_causal, interpreted, jax 0.10.2)")}
+                    "special_values/nan_value_causal, interpreted, jax 0.10.2)"),
+        "float32_dots": tf32_on_gpu("the kernel's float32 pl.dot products")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         pow2 = not interpreted(device)  # Triton's blocks are powers of two on a GPU
@@ -403,7 +404,8 @@ class PallasGpuDecode(PallasCore):
                     "0.7 * finfo.min added to their scores (NaN + finite is NaN) and weight 0 "
                     "(0 * NaN is NaN); splits wholly past the length are skipped (measured, "
                     "masking/nan_padding_one_query, interpreted, jax 0.10.2; reproducer "
-                    "docs/repro/pallas-gpu-decode-nan-padding/)")}
+                    "docs/repro/pallas-gpu-decode-nan-padding/)"),
+        "float32_dots": tf32_on_gpu("the kernel's float32 dots")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         m = problem.mask

@@ -238,13 +238,39 @@ def _variant(short: str, context: Callable[[], Any], dtypes: Dict[str, Sequence[
             if refused:
                 raise Unsupported(f"{self.name} does not run {refused} on torch "
                                   f"{torch.__version__} (its probe call raised)")
-            return super().attend(q, k, v, mask, scale, need_weights)
+            try:
+                return super().attend(q, k, v, mask, scale, need_weights)
+            except RuntimeError as exc:
+                if NO_KERNEL not in str(exc):
+                    raise
+                why = refusal(lambda: super(Variant, self).attend(q, k, v, mask, scale, False))
+                raise Unsupported(f"{self.name}: torch {torch.__version__} has no {short} kernel "
+                                  f"for this call ({why})") from None
 
     Variant.features = declared(forms)
     if "qkv_strided" not in forms:
         Variant.layouts = TorchSDPA.layouts - LAST_STRIDED_LAYOUTS
     Variant.__name__ = Variant.__qualname__ = f"TorchSDPA_{short}"
     return Variant
+
+
+# What SDPA raises when the backend a context pins cannot take a call; the reasons come as
+# warnings ("Memory efficient kernel not used because: ...") just before it.
+NO_KERNEL = "No available kernel"
+
+
+def refusal(call: Callable[[], Any]) -> str:
+    """Why the pinned backend refused ``call``: the reasons torch warned of as it did, run
+    again (only after a refusal: the timed path records no warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            call()
+        except RuntimeError:
+            pass
+    said = [" ".join(str(w.message).split(" (Triggered internally")[0].split()) for w in caught]
+    reasons = [m for m in said if "not used because" not in m] or said
+    return "; ".join(dict.fromkeys(reasons)) or "torch gave no reason"
 
 
 def refused_form(runs: frozenset, q: torch.Tensor, mask: AttendMask) -> Optional[str]:

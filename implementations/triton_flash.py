@@ -25,6 +25,7 @@ from implementations.torch_common import TORCH_DTYPES, TorchCore
 from suite.adapters import AttendMask
 from suite.plugin import INTERPRETED_CPU, Deviation, Unavailable, interpreted
 from suite.problem import Problem
+from suite.where import Where
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit of ours runs: see above
@@ -82,7 +83,11 @@ class TritonFlash(TritonCore):
         "confined", "a NaN value at a key the causal mask hides from a row, inside a key block "
                     "the row reads, reaches that row: the masked weight is 0 and 0 * NaN is NaN "
                     "in tl.dot(p, v) (measured, special_values/nan_value_causal, interpreted, "
-                    "triton 3.9.0); keys past a row's length are never loaded")}
+                    "triton 3.9.0); keys past a row's length are never loaded"),
+        "float32_dots": Deviation(
+            "tf32", "on a GPU tl.dot takes float32 operands as TF32 (its default input "
+                    "precision; measured on an NVIDIA H200, triton 3.6.0); the interpreter "
+                    "multiplies in float32", Where(device=frozenset({"cuda"})))}
     memory_model = "linear"
     repeat_kv = False  # the kernel maps query head h to kv head h // (H // K) itself
     kernels = triton_kernels  # the module holding the kernels (a test swaps in a variant)

@@ -190,6 +190,26 @@ def _first_line(exc: BaseException) -> str:
     return first
 
 
+def library_refuses(exc: BaseException, impl: Any = None) -> bool:
+    """True when a library, not the plugin or the suite, raised NotImplementedError for the
+    call (itself or as the cause of a wrapper: inductor's ``InductorError: LoweringException:
+    NotImplementedError: NYI: ...`` for a head width FlexAttention has no CUDA kernel for,
+    JAX's cuDNN attention for a head width it does not take): the library says it does not
+    do this problem, which is "unsupported", not a failure. A plugin's own
+    NotImplementedError (a stub) stays an error."""
+    if not origin(exc, impl).startswith("inside "):
+        return False
+    seen = exc
+    for _ in range(8):  # the exception and the causes it wraps
+        if isinstance(seen, NotImplementedError):
+            return True
+        nxt = seen.__cause__ or getattr(seen, "inner_exception", None) or seen.__context__
+        if not isinstance(nxt, BaseException):
+            break
+        seen = nxt
+    return "NotImplementedError:" in _first_line(exc)
+
+
 def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:
     """Why a plugin's result is not a usable Result for problem ``p`` (None when it is)."""
     if not isinstance(res, Result):
@@ -219,6 +239,9 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
         except Unsupported as exc:  # the plugin cannot express this problem: its own words
             return None, ("unsupported", str(exc) or type(exc).__name__)
         except Exception as exc:  # a plugin that raises is reported, the run goes on
+            if library_refuses(exc, impl):  # the library's own "not implemented" for this call
+                return None, ("unsupported", f"the library does not implement this call: "
+                                             f"{error_text(exc, impl)}")
             return None, ("error", error_text(exc, impl))
         wrong = _result_problem(res, p, grad)
         if wrong:

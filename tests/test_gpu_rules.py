@@ -74,3 +74,65 @@ def test_the_tf32_bound_separates_what_the_h200_measured():
         plain = compare("output", ref, ref, [n[0] for n in oracle.baselines(p, "float32")],
                         "float32", model=oracle.first_order(p, "float32")[0])
         assert plain.bound < tf32_err <= c.bound < bug_err / 10, (name, plain.bound, c.bound)
+
+
+def _pinned_flash(monkeypatch, raise_with: str):
+    pytest.importorskip("torch")
+    import warnings
+
+    from implementations import torch_sdpa
+
+    def refuses(*args, **kwargs):
+        warnings.warn("Flash attention kernel not used because:", stacklevel=2)
+        warnings.warn("Flash attention requires the head dimension to be a multiple of 8 "
+                      "(Triggered internally at sdp_utils.cpp:1)", stacklevel=2)
+        raise RuntimeError(raise_with)
+
+    flash = torch_sdpa._variant("flash", torch_sdpa.kernel_context("flash"), {"cpu": ["float32"]},
+                                torch_sdpa.FORMS[1:])
+    monkeypatch.setattr(torch_sdpa, "_sdpa", refuses)
+    return flash()
+
+
+def test_a_pinned_sdpa_backend_without_a_kernel_for_the_call_is_unsupported_with_torchs_reason(
+        monkeypatch):
+    """On CUDA, torch's efficient and cuDNN backends refuse head widths and mask layouts call
+    by call ("No available kernel"): 119 such errors in the first GPU run."""
+    impl = _pinned_flash(monkeypatch, "No available kernel. Aborting execution.")
+    out = check.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
+    assert out.outcome == "unsupported", out.reason
+    assert "no flash kernel" in out.reason and "multiple of 8" in out.reason
+    assert "Triggered internally" not in out.reason and "not used because" not in out.reason
+
+
+def test_any_other_error_of_a_pinned_sdpa_backend_stays_an_error(monkeypatch):
+    impl = _pinned_flash(monkeypatch, "(*bias): last dimension must be contiguous")
+    out = check.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
+    assert out.outcome == "error" and "last dimension must be contiguous" in out.reason
+
+
+class _LibraryNYI(tf32_numpy.Tf32Declared):
+    """Calls into the standard library, which raises NotImplementedError (an abstract
+    property), as torch's inductor does for FlexAttention head widths under 16 on CUDA."""
+
+    name = "nyi.library"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        import numbers
+
+        numbers.Complex.real.fget(None)
+
+
+class _OwnNYI(tf32_numpy.Tf32Declared):
+    name = "nyi.own"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        raise NotImplementedError("the plugin's own stub")
+
+
+def test_a_library_that_does_not_implement_a_call_makes_it_unsupported_a_plugin_stub_an_error():
+    lib = check.run_case(_LibraryNYI(), "nyi.library", "cpu", "float32", get("shapes", "odd_lengths"))
+    own = check.run_case(_OwnNYI(), "nyi.own", "cpu", "float32", get("shapes", "odd_lengths"))
+    assert lib.outcome == "unsupported" and "does not implement" in lib.reason, lib.reason
+    assert "inside the standard library" in lib.reason
+    assert own.outcome == "error" and "in the plugin" in own.reason, own.reason
