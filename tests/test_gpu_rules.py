@@ -97,7 +97,7 @@ def _pinned_flash(monkeypatch, raise_with: str):
 def test_a_pinned_sdpa_backend_without_a_kernel_for_the_call_is_unsupported_with_torchs_reason(
         monkeypatch):
     """On CUDA, torch's efficient and cuDNN backends refuse head widths and mask layouts call
-    by call ("No available kernel"): 119 such errors in the first GPU run."""
+    by call ("No available kernel"): 43 such errors in the first GPU run."""
     impl = _pinned_flash(monkeypatch, "No available kernel. Aborting execution.")
     out = check.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
     assert out.outcome == "unsupported", out.reason

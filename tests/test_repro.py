@@ -48,7 +48,10 @@ SHOWS = {
                                           r"torch\.(?:float16|bfloat16) .*\(0 NaN"),
     "torch-sdpa-nan-query-short-keys": ("torch", {}, r"NaN query row not NaN at key lengths"),
     "triton-interpret-bf16-dot": ("triton", {}, r"bfloat16: .*WRONG"),
+    "sdpa-negative-scale-nan-cuda": ("torch", {}, r"(?:FLASH|CUDNN)_ATTENTION +negative scale: NaN in [1-9]"),
 }
+# Behaviours of GPU kernels: their reproducers run where torch sees a CUDA device.
+CUDA_ONLY = {"sdpa-negative-scale-nan-cuda"}
 
 
 # Inductor generates its own code for these: they run at the native level only, as the suite
@@ -82,6 +85,11 @@ def test_reproducer_still_shows_its_behaviour(name, tmp_path_factory):
     library, env, shows = SHOWS[name]
     if importlib.util.find_spec(library) is None:  # not imported here: keras binds a backend
         pytest.skip(f"{library} is not installed")
+    if name in CUDA_ONLY:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("a CUDA kernel's behaviour: needs a CUDA device")
     shown, outputs = [], {}
     for level in _levels(name, library):
         run_env = {**os.environ, **env, **({"ATEN_CPU_CAPABILITY": level} if level else {})}
