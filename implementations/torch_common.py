@@ -32,6 +32,7 @@ top-left causal) and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded 
 from __future__ import annotations
 
 import dataclasses
+import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -45,6 +46,14 @@ from suite.layouts import check as check_layout
 from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 from suite.where import Where
+
+if not torch.cuda.is_available():
+    # Triton, where installed, picks interpreter or compiler when ``triton.language`` first
+    # decorates its own helpers (tl.max, tl.sum, ...), at its first import in the process.
+    # torch.compile and FlexAttention import it (torch.utils._triton.has_triton): set here,
+    # before any torch plugin compiles, or no Triton kernel (triton.flash, a user's) can be
+    # interpreted later in the same process. Without a GPU nothing compiles Triton code.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -38,6 +38,15 @@ except ImportError as exc:  # the extra is not installed: listed as unavailable
     triton = triton_kernels = None
     _IMPORT_ERROR = f"triton is not installed (pip install 'mha-suite[triton]'): {exc}"
 
+def helpers_interpreted() -> bool:
+    """True when Triton's own @jit helpers were decorated for the interpreter (Triton decides
+    once, when ``triton.language`` is first imported in the process)."""
+    import triton.language.standard as std
+
+    helper = getattr(std, "max", None)
+    return helper is None or "Interpreted" in type(helper).__name__
+
+
 # Block sizes: 64 x 64 on a GPU; under the interpreter each block is a NumPy step, so fewer,
 # larger blocks are faster, but 32 still crosses block edges in the conformance shapes.
 GPU_BLOCKS = (64, 64)
@@ -55,6 +64,11 @@ class TritonCore(TorchCore):
     def __init__(self) -> None:
         if triton is None:
             raise Unavailable(_IMPORT_ERROR)
+        if os.environ.get("TRITON_INTERPRET") == "1" and not helpers_interpreted():
+            raise Unavailable("triton was imported in this process before TRITON_INTERPRET=1 "
+                              "was set (torch.compile's has_triton imports it), so its own "
+                              "helpers (tl.max, tl.sum) cannot run under the interpreter: set "
+                              "TRITON_INTERPRET=1 in the environment before starting")
 
     def framework_version(self) -> str:
         return triton.__version__

@@ -136,3 +136,49 @@ def test_a_library_that_does_not_implement_a_call_makes_it_unsupported_a_plugin_
     assert lib.outcome == "unsupported" and "does not implement" in lib.reason, lib.reason
     assert "inside the standard library" in lib.reason
     assert own.outcome == "error" and "in the plugin" in own.reason, own.reason
+
+
+def _fresh(code: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_triton_kernels_stay_interpretable_after_torch_compile_imported_triton():
+    """torch.compile's has_triton() imports triton; before the fix, a later triton.flash call
+    in the same process (an xdist worker that ran a compile test first) raised "Cannot call
+    @triton.jit'd outside of the scope of a kernel" (tl.max decorated for a compiler)."""
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU compiles Triton kernels: nothing is interpreted")
+    out = _fresh(
+        "from implementations import torch_common\n"  # any torch plugin comes first
+        "from torch.utils._triton import has_triton; has_triton()\n"
+        "from implementations.triton_flash import TritonFlash\n"
+        "from suite import check; from suite.cases import get\n"
+        "o = check.run_case(TritonFlash(), 'triton.flash', 'cpu-interpret', 'float32',"
+        " get('masking', 'causal_bottom_right_long_query'))\n"
+        "print(o.outcome, o.reason)\n")
+    assert out.startswith("pass"), out
+
+
+def test_triton_imported_before_the_interpreter_was_chosen_is_unavailable_with_the_reason():
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU compiles Triton kernels: nothing is interpreted")
+    out = _fresh(
+        "import triton.language\n"  # imported by something else, before any torch plugin
+        "from implementations.triton_flash import TritonFlash\n"
+        "from suite.plugin import Unavailable\n"
+        "try:\n    TritonFlash()\nexcept Unavailable as exc:\n    print('unavailable:', exc)\n")
+    assert out.startswith("unavailable:") and "TRITON_INTERPRET=1" in out, out
