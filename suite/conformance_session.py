@@ -319,7 +319,9 @@ class ConformanceSession:
         unused = set(self.known) - self.used
         filtered = config.option.keyword or any(
             config.getoption(o) for o in ("--impl", "--device", "--dtype"))
-        devices = {str(t[1]).split("[")[0].split(":")[0] for t in self.targets()}
+        from suite.where import device_kind
+
+        devices = {device_kind(str(t[1])) for t in self.targets()}
         for pattern in sorted(unused):
             where = self.conditions.get(pattern)
             if where is not None and where.device is not None and not devices & where.device:

@@ -52,20 +52,20 @@ def _round32(x: np.ndarray, dtype: str) -> np.ndarray:
         return x
     if dtype == "float16":
         return x.astype(np.float16).astype(np.float32)
-    if dtype == "tf32":  # the top 19 bits of float32 (10 mantissa bits), nearest even
-        f = np.ascontiguousarray(x)
-        bits = f.view(np.uint32).astype(np.uint64)
-        bits = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
-        out = bits.astype(np.uint32).view(np.float32)
-        return np.where(np.isfinite(f), out, f)
-    if dtype == "bfloat16":
-        # bfloat16 = the top 16 bits of float32, rounded to nearest even.
-        f = np.ascontiguousarray(x)
-        bits = f.view(np.uint32).astype(np.uint64)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        out = bits.astype(np.uint32).view(np.float32)
-        return np.where(np.isfinite(f), out, f)
+    if dtype == "tf32":  # the top 19 bits of float32 (10 mantissa bits)
+        return _drop_low_bits(x, 13)
+    if dtype == "bfloat16":  # the top 16 bits of float32
+        return _drop_low_bits(x, 16)
     raise ValueError(f"dtype: expected one of float64, float32, float16, bfloat16, got {dtype!r}")
+
+
+def _drop_low_bits(x: np.ndarray, n: int) -> np.ndarray:
+    """float32 values rounded to nearest even on their top 32 - n bits (inf and NaN kept)."""
+    f = np.ascontiguousarray(x)
+    bits = f.view(np.uint32).astype(np.uint64)
+    bits = (bits + ((1 << (n - 1)) - 1) + ((bits >> n) & 1)) & (0xFFFFFFFF ^ ((1 << n) - 1))
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isfinite(f), out, f)
 
 
 class Arithmetic:

@@ -60,6 +60,11 @@ def version_in(version: Optional[str], spec: str) -> bool:
     return Version(version.split("+", 1)[0]) in SpecifierSet(spec)
 
 
+def device_kind(device: str) -> str:
+    """What a device condition names: "cuda" for "cuda:1" (the index is not part of it)."""
+    return device.split("[")[0].split(":")[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class Where:
     """The environment (and, with ``when``, the problems) a declaration holds in.
@@ -98,8 +103,7 @@ class Where:
 
     def holds(self, device: Optional[str] = None, isa: Optional[str] = None) -> bool:
         """True in this environment (the problem condition ``when`` aside)."""
-        # a device's kind: "cuda:1" is a cuda device (its index is not part of the condition)
-        if self.device is not None and (device or "").split("[")[0].split(":")[0] not in self.device:
+        if self.device is not None and device_kind(device or "") not in self.device:
             return False
         if self.isa is not None and (isa or "") not in self.isa:
             return False
