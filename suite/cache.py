@@ -94,15 +94,36 @@ def load(name: str, default: Any = None) -> Any:
 
 def store(name: str, value: Any) -> None:
     """Write ``value`` (JSON) under ``name`` atomically; a failure to write is ignored."""
-    path = _path(name)
+    _write(_path(name), {"key": fingerprint(), "value": value})
+
+
+def _write(path: Path, doc: dict) -> None:
+    """``doc`` as JSON at ``path``, atomically; a failure to write is ignored."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
                                          delete=False) as f:
-            json.dump({"key": fingerprint(), "value": value}, f)
+            json.dump(doc, f)
         os.replace(f.name, path)  # readers see the old file or the new one, never half
     except OSError:
         return
+
+
+def load_keyed(name: str, key: Dict[str, Any], default: Any = None) -> Any:
+    """Like ``load``, for a value that depends on ``key`` alone rather than on the whole
+    fingerprint (no library is imported and no source read to check it)."""
+    try:
+        doc = json.loads(_path(name).read_text())
+    except (OSError, ValueError):
+        return default
+    if not isinstance(doc, dict) or doc.get("key") != key or "value" not in doc:
+        return default
+    return doc["value"]
+
+
+def store_keyed(name: str, key: Dict[str, Any], value: Any) -> None:
+    """Write ``value`` under ``name`` with its own ``key`` (read by ``load_keyed``)."""
+    _write(_path(name), {"key": key, "value": value})
 
 
 def memo(name: str, compute: Callable[[], T]) -> T:

@@ -18,13 +18,15 @@ numpy built-ins' (README, "Instruction-set levels").
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import subprocess
 import sys
 from typing import Dict, List, Optional
 
-from suite.where import ISA_LEVELS
+from suite import cache
+from suite.where import ISA_LEVELS, installed
 
 TORCH_ENV = "ATEN_CPU_CAPABILITY"
 # The array libraries whose CPU kernels the suite can pin to a level, and the variable each reads.
@@ -53,8 +55,53 @@ def torch_level() -> Optional[str]:
 
 @functools.lru_cache(maxsize=1)
 def native_torch_level() -> Optional[str]:
-    """The level torch picks on this CPU with no variable set, read in a child process (the
-    variable of this one may be set, and importing torch here is not this module's call)."""
+    """The level torch picks on this CPU with no variable set. Read once in a child process
+    (the variable of this one may be set, and importing torch here is not this module's
+    call), then cached on disk under what decides it: the torch build and the CPU's flags
+    (``mha-suite list`` answers without starting torch)."""
+    key = native_level_key()
+    if key is None:  # no torch installed: nothing to ask
+        return None
+    cached = cache.load_keyed(NATIVE_CACHE, key)
+    if isinstance(cached, str) and cached:
+        return cached
+    level = _ask_torch()
+    if level is not None:  # a failed child is asked again next time, not remembered
+        cache.store_keyed(NATIVE_CACHE, key, level)
+    return level
+
+
+NATIVE_CACHE = "native-torch-level"
+
+
+def native_level_key() -> Optional[Dict[str, str]]:
+    """What torch's native level depends on: its build (version, local part included) and
+    this CPU's feature flags (and the interpreter, whose torch it is); None without torch."""
+    version = installed("torch")
+    if version is None:
+        return None
+    return {"torch": version, "python": sys.executable, "machine": platform.machine(),
+            "cpu_flags": cpu_flags_digest()}
+
+
+def cpu_flags_digest() -> str:
+    """A digest of this CPU's feature flags (Linux: /proc/cpuinfo's flags line; elsewhere the
+    processor's name, which is what the platform offers without a library)."""
+    text = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):  # x86, arm
+                    text = " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    text = text or f"{platform.processor()} {platform.machine()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _ask_torch() -> Optional[str]:
+    """The level a child process's torch reports with no variable set (None if it fails)."""
     env = {k: v for k, v in os.environ.items() if k != TORCH_ENV}
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     try:

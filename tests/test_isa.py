@@ -145,3 +145,36 @@ def test_a_cpu_flag_condition_holds_only_on_a_cpu_with_one_of_the_flags(monkeypa
     assert not w.holds("cpu", "avx2")
     with pytest.raises(WhereError, match="cpu: expected a set of names"):
         Where(cpu="avx512_bf16")
+
+
+def test_the_native_level_is_asked_once_per_torch_build_and_cpu(monkeypatch, tmp_path):
+    from suite import isa
+
+    monkeypatch.setenv("MHA_SUITE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(isa, "installed", lambda dist: "2.13.0+cpu" if dist == "torch" else None)
+    monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-a")
+    asked = []
+    monkeypatch.setattr(isa, "_ask_torch", lambda: asked.append(1) or "avx512")
+
+    def native():
+        isa.native_torch_level.cache_clear()  # a new process: only the disk remembers
+        return isa.native_torch_level()
+
+    assert native() == "avx512" and len(asked) == 1
+    assert native() == "avx512" and len(asked) == 1  # read back, no child started
+    monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-b")  # another CPU
+    assert native() == "avx512" and len(asked) == 2
+    monkeypatch.setattr(isa, "installed", lambda dist: "2.14.1" if dist == "torch" else None)
+    assert native() == "avx512" and len(asked) == 3  # another torch build
+    monkeypatch.setattr(isa, "_ask_torch", lambda: asked.append(1) or None)
+    monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-c")
+    assert native() is None and native() is None and len(asked) == 5  # a failure is not kept
+    monkeypatch.setattr(isa, "installed", lambda dist: None)
+    assert native() is None and len(asked) == 5  # no torch: no child at all
+    isa.native_torch_level.cache_clear()
+
+
+def test_the_cpu_flags_digest_follows_the_flags():
+    from suite import isa
+
+    assert isa.cpu_flags_digest() == isa.cpu_flags_digest() and len(isa.cpu_flags_digest()) == 16
