@@ -1,4 +1,5 @@
-"""nox sessions: tests, conformance, bench, fidelity, report, run, lint, compat (+ GPU variants).
+"""nox sessions: tests, check_full, conformance, bench, fidelity, report, run, lint, compat (+ GPU
+variants).
 
 CPU sessions install through constraints/cpu.txt, which pins the CPU build of
 torch; the GPU sessions install without it and are not run by default.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -29,45 +31,88 @@ def install(session: nox.Session, extras: str = "all", gpu: bool = False) -> Non
     session.install(*args)
 
 
-# What CI's check leaves to `mha-suite check` (which runs everything): outside float32, every
-# case of the plugins that compile each shape anew (torch.compile, torch.compile[pattern],
-# torch.flex, hf.model.*[flex]: seconds of inductor per case; measured, torch.compile[pattern]
-# takes 3 min over its three other dtypes, the hf.model.* names 5.5 min in bfloat16, most of
-# it the [flex] ones) and of the interpreted kernels (pallas.*, triton.flash on
-# cpu-interpret), whose other dtypes were checked when they were added. Every plugin keeps its
-# whole float32 matrix here, the interpreted kernels included, and every other plugin every
-# family in every dtype.
-COMPILED = "compile or flex or interpret"
-# The lanes family (lengths across one and two SIMD vectors, 35 shapes) gives the per-shape
-# compilers and the interpreted kernels, whose cases cost seconds each, three of its lengths
-# in CI: under one vector (4), just past one (9) and past two AVX2 vectors (17).
-LANES_SAMPLED = f"not (lanes and ({COMPILED}) and not (S4 or S9 or S17))"
-CI_CHECK_SELECTION = f"not (({COMPILED}) and not float32) and {LANES_SAMPLED}"
+# CI's check runs the covering selection (`--cover`, suite/cover.py): every built-in on every
+# case family in every dtype it has (the main job's sample), every lane length once per
+# implementation, and the cases every known-failure entry names; `--strict-declarations`
+# fails it where an entry or a known library behaviour held and no case needed it. The whole
+# matrix is `nox -s check_full`.
+CHECK_CI = ["--cover", "--strict-declarations"]
+
+
+class Steps:
+    """Each step's wall time, printed at the end of a session (also when a step fails), so
+    CI's log shows where its budget goes."""
+
+    def __init__(self, session: nox.Session) -> None:
+        self.session, self.times = session, []
+
+    def run(self, label: str, *args: str, **kwargs) -> None:
+        start = time.monotonic()
+        try:
+            self.session.run(*args, **kwargs)
+        finally:
+            self.times.append((label, time.monotonic() - start))
+
+    def summary(self) -> None:
+        total = sum(t for _, t in self.times)
+        lines = [f"{label:<42} {t / 60:6.1f} min" for label, t in self.times]
+        self.session.log("step times:\n  " + "\n  ".join(
+            [*lines, f"{'total':<42} {total / 60:6.1f} min"]))
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Harness tests, conformance of every available implementation, and a ci-preset sweep."""
+    """Harness tests, CI's covering conformance check, and a ci-preset sweep."""
     install(session)
-    session.run("mha-suite", "list")
+    steps = Steps(session)
+    try:
+        ci_steps(session, steps)
+    finally:
+        steps.summary()
+
+
+def ci_steps(session: nox.Session, steps: Steps) -> None:
+    steps.run("mha-suite list", "mha-suite", "list")
     # The harness tests on one pytest-xdist worker per core; worksteal rebalances the tail (a
     # module of long tests collected last no longer runs alone on one worker).
     # --durations: each run's slowest tests in CI's log (every case keeps 3x under --timeout).
-    session.run("pytest", "tests", "-n", "auto", "--dist", "worksteal", "--durations=15",
-                *session.posargs)
-    session.run("mha-suite", "check", "--isa", "native", "--json",
-                f"{RESULTS}/ci/conformance.json", "-k", CI_CHECK_SELECTION, "--",
-                "--durations=15")
+    steps.run("pytest tests", "pytest", "tests", "-n", "auto", "--dist", "worksteal",
+              "--durations=15", *session.posargs)
+    steps.run("check --cover (native level)", "mha-suite", "check", "--isa", "native",
+              *CHECK_CI, "--json", f"{RESULTS}/ci/conformance.json", "--", "--durations=15")
     # Every lower CPU level of torch's kernels (suite.isa; default and avx2 on an AVX-512
     # CPU, default on an AVX2 one), each in its own process, on the families where a vector
-    # width shows (lanes, special values, masking, tiles), float32: 3.7 min a level, measured.
-    session.run("mha-suite", "check", "--isa", "lower", "--dtype", "float32", "--json",
-                f"{RESULTS}/ci/conformance.json")
+    # width shows (lanes, special values, masking, tiles, layouts).
+    steps.run("check --cover (lower levels)", "mha-suite", "check", "--isa", "lower",
+              *CHECK_CI, "--json", f"{RESULTS}/ci/conformance.json")
     # Keras binds one backend per process (torch above): its jax backend gets its own run.
-    session.run("mha-suite", "check", "--impl", "keras.mha*", "--json",
-                f"{RESULTS}/ci/conformance.json", env={"KERAS_BACKEND": "jax"})
-    session.run("mha-suite", "sweep", "--preset", "ci", "--out", f"{RESULTS}/ci")
-    session.run("mha-suite", "report", f"{RESULTS}/ci", "--out", f"{RESULTS}/ci/report.html")
+    steps.run("check --cover (Keras on jax)", "mha-suite", "check", "--impl", "keras.mha*",
+              *CHECK_CI, "--json", f"{RESULTS}/ci/conformance.json",
+              env={"KERAS_BACKEND": "jax"})
+    steps.run("sweep --preset ci", "mha-suite", "sweep", "--preset", "ci",
+              "--out", f"{RESULTS}/ci")
+    steps.run("report", "mha-suite", "report", f"{RESULTS}/ci",
+              "--out", f"{RESULTS}/ci/report.html")
+
+
+@nox.session(default=False)
+def check_full(session: nox.Session) -> None:
+    """The whole conformance matrix: every case of every implementation in every dtype, at
+    every CPU level here (Keras on each backend), declarations strict; then its report. Run
+    it on a fresh clone before resolving work that changes verdicts."""
+    install(session)
+    steps = Steps(session)
+    out = f"{RESULTS}/full"
+    try:
+        steps.run("check (every level)", "mha-suite", "check", "--isa", "all",
+                  "--strict-declarations", "--json", f"{out}/conformance.json",
+                  *session.posargs, "--", "--durations=15")
+        steps.run("check (Keras on jax)", "mha-suite", "check", "--impl", "keras.mha*",
+                  "--strict-declarations", "--json", f"{out}/conformance.json",
+                  *session.posargs, env={"KERAS_BACKEND": "jax"})
+        steps.run("report", "mha-suite", "report", out, "--out", f"{out}/report.html")
+    finally:
+        steps.summary()
 
 
 @nox.session
@@ -135,21 +180,26 @@ def run(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, the import contracts in pyproject.toml (layers, no cycles, no product
     module importing a test module or a conftest), and the manual's strict build."""
-    session.install("ruff>=0.5", "import-linter>=2.1")
-    session.run("ruff", "check", ".", *session.posargs)
-    # import-linter reads the packages from the source tree: no install, no frameworks
-    session.run("lint-imports", env={"PYTHONPATH": str(ROOT)})
-    docs(session)
+    steps = Steps(session)
+    try:
+        session.install("ruff>=0.5", "import-linter>=2.1")
+        steps.run("ruff", "ruff", "check", ".", *session.posargs)
+        # import-linter reads the packages from the source tree: no install, no frameworks
+        steps.run("import contracts", "lint-imports", env={"PYTHONPATH": str(ROOT)})
+        docs(session, steps)
+    finally:
+        steps.summary()
 
 
-def docs(session: nox.Session) -> None:
+def docs(session: nox.Session, steps: Steps) -> None:
     """The manual: ``mkdocs build --strict`` (offline; a broken link or a missing page fails).
     Its reference pages and findings catalogue are generated from the registry, so the
     frameworks are installed too (a missing one lists its built-ins as unavailable)."""
     install(session, "all,docs")
-    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"),
-                env={"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1",
-                     "PYTHONPATH": str(ROOT)})
+    steps.run("manual (mkdocs build --strict)", "mkdocs", "build", "--strict",
+              "--site-dir", str(ROOT / "site"),
+              env={"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1",
+                   "PYTHONPATH": str(ROOT)})
 
 
 # compat: a version matrix. Every version inside a declared range must work, so each

@@ -30,7 +30,9 @@ MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
 # Records and matched known-failure patterns travel in each test report's user_properties,
 # so the controller of a pytest-xdist run sees every worker's outcomes.
 RECORD_KEY = "mha_suite_record"
-KNOWN_KEY = "mha_suite_known_failure"
+KNOWN_KEY = "mha_suite_known_failure"  # an entry matched a test where its condition held
+NEEDED_KEY = "mha_suite_known_needed"  # ... and absorbed the test's failure
+PASSED_KEY = "mha_suite_known_passed"  # ... and the test passed (the entry is wrong there)
 SESSION = pytest.StashKey["ConformanceSession"]()  # this run's session
 
 
@@ -123,6 +125,8 @@ class ConformanceSession:
         self.conditions = {p: where for p, (_, where) in entries.items()}
         self.records: List[dict] = []
         self.used: Set[str] = set()
+        self.needed: Set[str] = set()
+        self.passed: Dict[str, str] = {}  # entry -> a test it lists that passed
         self.bar = None
         self.task = None
         self.failed = 0
@@ -207,8 +211,8 @@ class ConformanceSession:
         started last, one of them left a worker running alone at the end (longest first is
         the classic fix). With --progress, a bar with an ETA."""
         self.session = session  # (the serial run's session is made after sessionstart)
-        if config.getoption("--sample"):
-            self.take_sample(config, items)
+        if config.getoption("--sample") or config.getoption("--cover"):
+            self.take_sample(config, items, cover=config.getoption("--cover"))
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
@@ -226,31 +230,32 @@ class ConformanceSession:
         self.bar.start()
         self.task = self.bar.add_task("", total=len(items), failed=0)
 
-    def take_sample(self, config: pytest.Config, items: List[pytest.Item]) -> None:
-        """Deselect the cases outside the main job's sample (suite.sample), counting them per
+    def take_sample(self, config: pytest.Config, items: List[pytest.Item],
+                    cover: bool = False) -> None:
+        """Deselect the cases outside the main job's sample (suite.sample) or, with
+        ``cover``, outside CI's covering selection (suite.cover), counting them per
         implementation and family; a pytest-xdist worker sends the counts to the controller
         (``workeroutput``), which saves them beside the records."""
+        from suite import cover as _cover
         from suite.plugin import MASK_FORMS
-        from suite.sample import counted, sampled
 
-        keep, drop = [], []
-        for item in items:
-            fam = family(item)
-            if fam is None:
-                keep.append(item)
-                continue
-            entry, device, _dtype = item.callspec.params["target"]
-            name = case_name(item)
-            if sampled(entry.impl, device, fam, name, MASK_FORMS):
-                keep.append(item)
-                continue
-            drop.append(item)
-            if counted(entry.impl, fam, name):
-                counts = self.left.setdefault(entry.name, {})
-                counts[fam] = counts.get(fam, 0) + 1
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
+        runs = [(i, it) for i, it in enumerate(items) if family(it) is not None]
+        chosen = []
+        for _, item in runs:
+            entry, device, dtype = item.callspec.params["target"]
+            chosen.append(_cover.Item(item.name, entry.impl, entry.name, device, dtype,
+                                      family(item), case_name(item)))
+        if cover:
+            keep = _cover.choose(chosen, self.known, MASK_FORMS)
+        else:
+            from suite.sample import sampled
+
+            keep = [sampled(c.impl, c.device, c.family, c.case, MASK_FORMS) for c in chosen]
+        self.left = _cover.left_counts(chosen, keep)
+        dropped = {i for (i, _), kept in zip(runs, keep) if not kept}
+        if dropped:
+            config.hook.pytest_deselected(items=[items[i] for i in sorted(dropped)])
+            items[:] = [it for i, it in enumerate(items) if i not in dropped]
         if is_worker(config):
             config.workeroutput["mha_suite_left"] = self.left
 
@@ -285,6 +290,10 @@ class ConformanceSession:
                 self.records.append(value)
             elif key == KNOWN_KEY:
                 self.used.add(value)
+            elif key == NEEDED_KEY:
+                self.needed.add(value)
+            elif key == PASSED_KEY:
+                self.passed.setdefault(value[0], value[1])
         if self.bar is not None:
             self.bar.update(self.task, advance=1, failed=self.failed)
         if time.monotonic() - self.saved > SAVE_EVERY_S:
@@ -305,6 +314,29 @@ class ConformanceSession:
                 if self.session is not None:
                     self.session.shouldstop = self.save_error
         self.saved = time.monotonic()
+
+    def declaration_errors(self) -> List[str]:
+        """With --strict-declarations, what makes the run fail though every case passed: a
+        known-failure entry that named a test which passed here (the library may be fixed,
+        or the entry names too much), and a known library behaviour whose conditions held in
+        some case and that no case needed (both are warnings without the option)."""
+        from suite.conformance.summary import stale_known_lines
+
+        if not self.config.getoption("--strict-declarations") or self.interrupted:
+            return []
+        out = [f"error: known failure {pattern!r} lists {test}, which passed here (held "
+               "nowhere it was needed: narrow or remove the entry)"
+               for pattern, test in sorted(self.passed.items()) if pattern not in self.needed]
+        out += [line.replace("warning: ", "error: ", 1)
+                for line in stale_known_lines(self.records)]
+        return out
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """--strict-declarations: a stale or wrong declaration fails the run (exit 1)."""
+        if is_worker(self.config) or exitstatus not in (0, pytest.ExitCode.OK):
+            return
+        if self.declaration_errors():
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config
                                 ) -> None:
@@ -330,14 +362,19 @@ class ConformanceSession:
                 terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
         for line in stale_lines(self.records, config, self.left):
             terminalreporter.write_line(line)
-        if not filtered and not self.interrupted:  # a narrowed run may leave out its cases
+        errors = self.declaration_errors()
+        if errors:
+            for line in errors:
+                terminalreporter.write_line(line, red=True)
+        elif not filtered and not self.interrupted:  # a narrowed run may leave out its cases
             for line in stale_known_lines(self.records):
                 terminalreporter.write_line(line)
         for line in matrix_lines(self.records, config):
             terminalreporter.write_line(line)
         from suite.sample import left_line
 
-        left = left_line(self.left)
+        left = left_line(self.left, "CI's covering selection (--cover)"
+                         if config.getoption("--cover") else "the main job's sample")
         if left:
             terminalreporter.write_line(left)
         if self.json_path:

@@ -35,6 +35,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sample", action="store_true", default=False,
                     help="run the main job's sample of the cases (suite.sample): every family, "
                          "a few cases each; what it leaves is counted and saved")
+    group.addoption("--cover", action="store_true", default=False,
+                    help="run CI's covering selection of the cases (suite.cover): the main "
+                         "job's sample, every lane length once per implementation, and cases "
+                         "named by every known-failure entry; what it leaves is counted")
+    group.addoption("--strict-declarations", action="store_true", default=False,
+                    help="fail the run where a known-failure entry or a known library "
+                         "behaviour held here and no case needed it (stale or wrong)")
     group.addoption("--known-failures", action="append", default=[], metavar="FILE",
                     help="more known-failure lists (test id glob # reason, one a line)")
     group.addoption("--sweep-spec", default=None, metavar="PATH",

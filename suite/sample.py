@@ -110,8 +110,10 @@ def examples(impl: object, device: str, full: int) -> int:
                else SAMPLE_EXAMPLES)
 
 
-def left_line(left: Dict[str, Dict[str, int]]) -> Optional[str]:
-    """One line saying what the sample left to ``mha-suite check``: impl -> family -> count."""
+def left_line(left: Dict[str, Dict[str, int]], by: str = "the main job's sample"
+              ) -> Optional[str]:
+    """One line saying what ``by`` (a selection) left to ``mha-suite check``: impl -> family
+    -> count."""
     per_family: Dict[str, int] = {}
     for fams in left.values():
         for fam, n in fams.items():
@@ -119,5 +121,5 @@ def left_line(left: Dict[str, Dict[str, int]]) -> Optional[str]:
     total = sum(per_family.values())
     if not total:
         return None
-    return (f"the main job's sample left {total} cases to `mha-suite check` ("
+    return (f"{by} left {total} cases to `mha-suite check` ("
             + ", ".join(f"{fam} {n}" for fam, n in sorted(per_family.items())) + ")")

@@ -16,7 +16,8 @@ import pytest
 from suite import catalog
 from suite.cases import Case
 from suite.check import FAILED, Outcome, error_text, implementation_isa, merge_repeats
-from suite.conformance_session import KNOWN_KEY, RECORD_KEY, ConformanceSession, family
+from suite.conformance_session import (KNOWN_KEY, NEEDED_KEY, PASSED_KEY, RECORD_KEY,
+                                       ConformanceSession, family)
 from suite.plugin import Implementation, declared
 from suite.timeouts import timed_out
 
@@ -137,16 +138,19 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
                                          outcome.device)
     known = ConformanceSession.of(request.config).known_failure(
         request.node.name, outcome.device, outcome.isa)
+    pattern = None
     if known:
-        request.node.user_properties.append((KNOWN_KEY, known[0]))
-        known = known[1]
+        pattern, known = known
+        request.node.user_properties.append((KNOWN_KEY, pattern))
     late = timed_out(request.node)
     if late:  # whatever the plugin made of the alarm, the case ran out of time: an error,
         # which no known-failure entry absorbs (an entry lists a wrong answer, not a hang)
         outcome.outcome, outcome.reason, known = "error", f"Timeout: {late}", None
     if known and outcome.outcome in FAILED:
         outcome.outcome, outcome.reason = "known_failure", f"{known}; {outcome.reason}"
+        request.node.user_properties.append((NEEDED_KEY, pattern))
     elif known and outcome.outcome != "unsupported":  # a glob may cover a case not run
+        request.node.user_properties.append((PASSED_KEY, (pattern, request.node.name)))
         warnings.warn(f"{request.node.name} is listed as a known failure but passed",
                       stacklevel=2)
     request.node.user_properties.append((RECORD_KEY, outcome.record()))

@@ -78,7 +78,9 @@ def test_random_shapes(target, conform, request, listed_known_failure):
     if n is None:  # the default: bounded where each new shape costs seconds
         n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
             if declared(target[0].impl, "compiles_per_shape") else EXAMPLES
-        if request.config.getoption("--sample"):  # the main job's sample: fewer still
+        if request.config.getoption("--sample") or (  # the main job's sample: fewer still
+                # (CI's cover too, unless an entry lists the case: its example must come up)
+                request.config.getoption("--cover") and not listed_known_failure):
             n = examples(target[0].impl, target[1], n)
     # A listed known failure runs to show it still fails: its first failing example says so,
     # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin

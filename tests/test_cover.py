@@ -1,0 +1,134 @@
+"""CI's covering selection (suite.cover) and --strict-declarations."""
+
+from __future__ import annotations
+
+import json
+import types
+from collections import defaultdict
+
+import pytest
+
+from suite import catalog, cover
+from suite.plugin import MASK_FORMS
+from tests.conftest import run_cli
+
+PLAIN = types.SimpleNamespace(mask_forms=frozenset(list(MASK_FORMS)[:6]))
+COMPILER = types.SimpleNamespace(mask_forms=frozenset(list(MASK_FORMS)[:6]),
+                                 compiles_per_shape=True)
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+def _items(impls) -> list:
+    """Every catalogue case (and the Hypothesis one) of each (name, impl) in every dtype, as
+    the conformance session collects them."""
+    cases = [(c.family, c.name) for c in catalog.ALL] + [("hypothesis", "random_shapes")]
+    return [cover.Item(f"test_case[{name}-cpu-{dtype}-{fam}/{case}]", impl, name, "cpu", dtype,
+                       fam, case)
+            for name, impl in impls for dtype in DTYPES for fam, case in cases]
+
+
+def test_every_family_in_every_dtype_of_every_implementation_is_kept():
+    items = _items([("plain", PLAIN), ("compiled", COMPILER)])
+    keep = cover.choose(items, [], MASK_FORMS)
+    kept = {(it.impl_name, it.dtype, it.family) for it, k in zip(items, keep) if k}
+    wanted = {(it.impl_name, it.dtype, it.family) for it in items}
+    assert kept == wanted
+    assert 0 < sum(keep) < len(items) / 3  # a selection, not the matrix
+    assert cover.choose(items, [], MASK_FORMS) == keep  # deterministic
+
+
+def test_every_lane_length_meets_each_implementation_once_in_a_dtype_taken_in_turn():
+    items = _items([("plain", PLAIN), ("compiled", COMPILER)])
+    keep = cover.choose(items, [], MASK_FORMS)
+    lanes = [c.name for c in catalog.of_family("lanes")]
+    runs = defaultdict(list)
+    for it, k in zip(items, keep):
+        if k and it.family == "lanes":
+            runs[(it.impl_name, it.case)].append(it.dtype)
+    assert all(runs[("plain", case)] for case in lanes)  # every length, kind and impl
+    assert {d for case in lanes for d in runs[("plain", case)]} == set(DTYPES)
+    # a per-shape compiler keeps the sample's three lengths (a compile each), every dtype
+    assert {c for (name, c) in runs if name == "compiled"} == {
+        "nan_query_S4", "fully_masked_S9", "nan_padding_S17"}
+
+
+def test_every_known_failure_entry_names_kept_cases():
+    items = _items([("plain", PLAIN), ("compiled", COMPILER)])
+    entries = ["test_case[[]compiled-cpu-float16-tiles/padding_across_blocks[]]",
+               "test_case[[]plain-cpu-*-shapes/no_projection_bias[]]",
+               "test_case[[]nobody-*[]]"]
+    keep = cover.choose(items, entries, MASK_FORMS)
+    base = cover.choose(items, [], MASK_FORMS)
+    added = [it.test for it, k, b in zip(items, keep, base) if k and not b]
+    assert len(added) == 1 + cover.PER_ENTRY
+    assert "test_case[compiled-cpu-float16-tiles/padding_across_blocks]" in added
+    assert sum("shapes/no_projection_bias" in t for t in added) == cover.PER_ENTRY
+
+
+def test_left_counts_leave_undeclared_mask_forms_out():
+    items = _items([("plain", PLAIN)])
+    keep = cover.choose(items, [], MASK_FORMS)
+    left = cover.left_counts(items, keep)["plain"]
+    assert left["masking"] > 0 and "hypothesis" not in left
+    undeclared = sum(1 for it in items if it.family == "mask_forms"
+                     and it.case not in PLAIN.mask_forms)
+    forms = sum(1 for it, k in zip(items, keep) if it.family == "mask_forms" and not k)
+    assert left["mask_forms"] == forms - undeclared
+
+
+def _check(tmp_path, *args):
+    return run_cli("check", "--workers", "0", "--json", str(tmp_path / "c.json"), *args)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_entry_whose_test_passes_fails_only_a_strict_run(tmp_path, strict):
+    known = tmp_path / "known.txt"
+    known.write_text("test_case[[]numpy-cpu-float32-lanes/nan_query_S9[]]  # stale\n")
+    done = _check(tmp_path, "--impl", "numpy", "--dtype", "float32", "-k", "nan_query_S9",
+                  "--known-failures", str(known), *(["--strict-declarations"] if strict else []))
+    out = done.stdout + done.stderr
+    assert "listed as a known failure but passed" in out
+    if strict:
+        assert done.returncode == 1, out
+        assert "error: known failure 'test_case[[]numpy-cpu-float32-lanes/nan_query_S9[]]' " \
+               "lists test_case[numpy-cpu-float32-lanes/nan_query_S9]" in out
+    else:
+        assert done.returncode == 0, out
+
+
+SHIFT_UNMASKED = """
+from implementations.numpy_mha import NumpyMHA
+
+
+class ShiftUnmasked(NumpyMHA):
+    name = "bug.shift_unmasked"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        heads, weights = super().attend(q, k, v, mask, scale, need_weights)
+        return (heads + 0.1 if not mask.kinds else heads), weights
+"""
+
+
+def test_cover_runs_the_case_an_entry_names_and_a_needed_entry_passes_strict(tmp_path):
+    plugin = tmp_path / "shift_unmasked.py"
+    plugin.write_text(SHIFT_UNMASKED)
+    known = tmp_path / "known.txt"
+    # masking/none (the family's one case without a mask) is outside the main job's sample:
+    # it runs because the entry names it, and the entry is needed there
+    known.write_text("test_case[[]bug.shift_unmasked-cpu-float32-masking/none[]]  # planted\n")
+    done = run_cli("check", "--plugin", str(plugin), "--impl", "bug.shift_unmasked",
+                   "--workers", "0", "--dtype", "float32", "-k", "masking", "--cover",
+                   "--strict-declarations", "--known-failures", str(known),
+                   "--json", str(tmp_path / "c.json"))
+    out = done.stdout + done.stderr
+    records = json.loads((tmp_path / "c.json").read_text())["results"]
+    ran = {r["case"]: r["outcome"] for r in records if r["family"] == "masking"}
+    assert ran.get("none") == "known_failure", out
+    assert "valid_lens" not in ran  # outside the sample and named by no entry
+    assert "CI's covering selection (--cover) left" in out
+    assert done.returncode == 0, out
+    known.write_text("")  # without the entry the case is not run, and nothing fails
+    done = run_cli("check", "--plugin", str(plugin), "--impl", "bug.shift_unmasked",
+                   "--workers", "0", "--dtype", "float32", "-k", "masking", "--cover",
+                   "--strict-declarations", "--known-failures", str(known))
+    assert done.returncode == 0 and "masking/none" not in done.stdout, done.stdout
