@@ -94,7 +94,14 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     # rootdir is the folder holding the suite package, so FAILED lines and test ids are
     # real paths from there (suite/conformance/...), wherever the command runs and wherever
     # a --plugin file lies (pytest would otherwise drop the folders).
-    out = ["--pyargs", "suite.conformance", "-p", "no:cacheprovider", "-q",
+    # -rfE: pytest's short summary names the failures and errors only (with their reasons;
+    # the replay command is in the FAILURES section above it), not every known failure,
+    # deviation and unsupported case with its whole reason (pyproject's -ra): the matrix and
+    # its lines per implementation name those (summary.outcome_lines), the results file
+    # keeps each case's reason. The later -r wins over an ini file's addopts.
+    # The command imported suite before pytest starts, which pytest warns it cannot rewrite.
+    out = ["--pyargs", "suite.conformance", "-p", "no:cacheprovider", "-q", "-rfE",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning",
            f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
            "--benchmark-disable", f"--timeout={getattr(args, 'timeout', None) or 0}"]
@@ -115,6 +122,9 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
         out += ["--hypothesis-examples", str(args.hypothesis_examples)]
     if getattr(args, "sample", False):
         out.append("--sample")
+    for flag in ("cover", "strict_declarations"):
+        if getattr(args, flag, False):
+            out.append(f"--{flag.replace('_', '-')}")
     return out + list(getattr(args, "pytest_args", None) or [])
 
 
@@ -148,6 +158,9 @@ def preflight_check(args: argparse.Namespace) -> None:
     preflight.positive(args.timeout, "--timeout", integer=False, zero_ok=True)
     preflight.positive(getattr(args, "hypothesis_examples", None), "--hypothesis-examples")
     preflight.positive(getattr(args, "repeat", None), "--repeat")
+    if getattr(args, "sample", False) and getattr(args, "cover", False):
+        raise CLIError("--sample and --cover: expected one selection, got both (--sample is "
+                       "the main job's, --cover CI's)")
     if getattr(args, "known_failures", None):
         from suite.conformance_session import KnownFailuresError, read_known_failures
 
@@ -402,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="store_true",
                    help="only the main job's sample of the cases: every family, a few cases "
                         "each (suite/sample.py); what it leaves is counted in the results")
+    p.add_argument("--cover", action="store_true",
+                   help="CI's covering selection (suite/cover.py): the main job's sample, "
+                        "every lane length once per implementation, and the cases every "
+                        "known-failure entry names; what it leaves is counted in the results")
+    p.add_argument("--strict-declarations", action="store_true",
+                   help="fail where a known-failure entry or a known library behaviour held "
+                        "and no case needed it (stale or wrong), not only warn")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")

@@ -62,3 +62,60 @@ def test_check_exit_codes_and_json(cli, tmp_path):
     good = cli("check", "--impl", "numpy", "--dtype", "float32", "-k", "masking")
     assert good.returncode == 0, good.stdout[-2000:]
     assert "numpy" in good.stdout and "ok " in good.stdout
+
+
+def test_check_names_what_did_not_pass_in_one_short_line_per_implementation(cli, tmp_path):
+    """pytest's short summary names the failures, not every known failure, deviation and
+    unsupported case with its whole reason (the main job printed 53 of about 1,000 characters
+    each): one line per implementation says how many and short labels; the reasons are in
+    the results file. A failure still shows with its reason and replay command. (pytest asks
+    for every reason where its ini file says -ra, as pyproject.toml does: whether it finds
+    that file depends on the paths on the command line, so the environment says it here.)"""
+    long_reason = "planted: no scale, " + "a long explanation of the known failure " * 25
+    known = tmp_path / "known.txt"
+    known.write_text("test_case[[]bug.no_scale-cpu-float32-masking/fully_masked_valid_lens[]]"
+                     f"  # {long_reason}\n")
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "wrong_scale.py"), "--plugin",
+               str(PLUGINS / "policies.py"), "--impl", "bug.no_scale", "--impl",
+               "policy.claims_unmasked", "--dtype", "float32", "--workers", "0", "--no-progress",
+               "-k", "masking/none or masking/fully_masked_valid_lens or layouts/transposed",
+               "--known-failures", str(known), "--json", str(out),
+               env={"PYTEST_ADDOPTS": "-ra"})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    # no XFAIL or SKIPPED line per case, and no reason of one
+    assert not [line for line in lines if line.startswith(("XFAIL", "SKIPPED", "XPASS"))]
+    assert "a long explanation" not in proc.stdout
+    assert "planted: the mask is dropped" not in proc.stdout  # the deviation's own reason
+    assert "does not declare layout" not in proc.stdout  # an unsupported case's reason
+    # the compact lines beneath the matrix
+    assert "  bug.no_scale: 1 failed (masking/none), 1 known failure " \
+           "(masking/fully_masked_valid_lens)" in lines, proc.stdout[-3000:]
+    assert "  policy.claims_unmasked: 1 declared deviation (fully_masked_rows=unmasked)" in lines
+    # the failure: named in the short summary, its reason and replay command above it
+    assert any(line.startswith("FAILED ") and "bug.no_scale-cpu-float32-masking/none" in line
+               for line in lines)
+    assert "case masking/none (seed" in proc.stdout and "fail: output: err" in proc.stdout
+    assert "replay: pytest --pyargs suite.conformance" in proc.stdout
+    # the terminal summary after the progress line fits a screen: pytest's sections, the
+    # matrix and its lines, and nothing per known failure or deviation
+    assert len(lines) < 40, proc.stdout
+    # the whole reasons are in the results file
+    records = {(r["impl"], r["case"]): r for r in json.loads(out.read_text())["results"]}
+    assert long_reason.strip() in records[("bug.no_scale", "fully_masked_valid_lens")]["reason"]
+    assert "planted: the mask is dropped" in \
+        records[("policy.claims_unmasked", "fully_masked_valid_lens")]["reason"]
+    assert records[("policy.claims_unmasked", "transposed")]["outcome"] == "unsupported"
+
+
+def test_the_conformance_run_asks_pytest_for_failures_and_errors_only():
+    """-rfE after pyproject's -ra (the later -r wins): a user's own -r after -- still can."""
+    import argparse
+
+    from suite.cli import conformance_args
+
+    args = conformance_args(argparse.Namespace(pytest_args=["-ra"]), None)
+    assert "-rfE" in args and args.index("-rfE") < args.index("-ra")
+    assert not [a for a in conformance_args(argparse.Namespace(), None)
+                if a.startswith("-r") and a != "-rfE"]

@@ -66,3 +66,85 @@ def test_a_declaration_keyed_to_other_versions_is_not_offered_for_staleness():
         }
 
     assert declared_labels(Lib) == ["nan_padding", "bias_masked_rows[float32]"]
+
+
+# ------------------------------------------------ the lines beneath the matrix: short labels
+
+LONG = "a reason of a thousand characters " * 30  # as the real ones are: never on the terminal
+
+
+def _case(impl, outcome, case, dtype="float32", reason=LONG, **extra):
+    return {"impl": impl, "device": "cpu", "dtype": dtype, "family": case.split("/")[0],
+            "case": case.split("/")[1], "outcome": outcome, "reason": reason, "isa": None,
+            "known_used": [], "policies_used": [], **extra}
+
+
+def _main_job_like():
+    """53 known failures and deviations over three implementations, each with a long reason,
+    and the passes and unsupported cases around them."""
+    records = []
+    for i in range(20):
+        records.append(_case("torch.sdpa", "known_failure", f"lanes/nan_query_S{i}",
+                             known_used=["torch-sdpa-nan-query-short-keys"],
+                             reason="known behaviour torch-sdpa-nan-query-short-keys "
+                                    "(nan_query_rows=zero): " + LONG))
+        records.append(_case("torch.sdpa", "deviation", f"lanes/nan_padding_S{i}",
+                             policies_used=["nan_padding"],
+                             reason="declared nan_padding=confined (NaN reaches the output only "
+                                    "in rows that read a NaN key or value): " + LONG))
+    for i in range(9):
+        records.append(_case("keras.mha[torch]", "known_failure", f"lanes/fully_masked_S{i}",
+                             dtype="float16", reason="Keras (torch backend) in float16; " + LONG))
+    for i in range(4):
+        records.append(_case("numpy", "deviation", f"masking/nan_padding_{i}",
+                             policies_used=["nan_padding"],
+                             reason="declared nan_padding=confined (NaN only in rows): " + LONG))
+    records += [_case(impl, outcome, "masking/none", reason=None if outcome == "pass" else LONG)
+                for impl in ("numpy", "torch.sdpa", "keras.mha[torch]", "jax.jit")
+                for outcome in ("pass", "unsupported")]
+    return records
+
+
+def test_outcome_lines_name_labels_and_counts_never_the_reasons():
+    from suite.conformance.summary import LINE_WIDTH, outcome_lines
+
+    lines = outcome_lines(_main_job_like())
+    text = "\n".join(lines)
+    assert "a reason of a thousand" not in text and "NaN reaches" not in text
+    assert all(len(line) <= LINE_WIDTH for line in lines), max(map(len, lines))
+    body = [line.strip() for line in lines[2:]]
+    # one line per implementation with a known failure or deviation, sorted; none for an
+    # implementation whose cases passed or were unsupported (the matrix counts those)
+    assert [line.split(":")[0] for line in body] == ["keras.mha[torch]", "numpy", "torch.sdpa"]
+    keras, numpy_, sdpa = body
+    assert sdpa == ("torch.sdpa: 20 known failures (torch-sdpa-nan-query-short-keys x20), "
+                    "20 declared deviations (nan_padding=confined x20)")
+    assert numpy_ == "numpy: 4 declared deviations (nan_padding=confined x4)"
+    # a listed known failure is named by its case; the dtype it is limited to is said
+    assert keras.startswith("keras.mha[torch]: 9 known failures in float16 (lanes/fully_masked_S")
+    assert keras.endswith("more)")
+
+
+def test_outcome_lines_stay_short_however_many_labels():
+    from suite.conformance.summary import LABEL_WIDTH, LINE_WIDTH, outcome_lines
+
+    records = []
+    for outcome in ("fail", "error", "flaky", "known_failure", "deviation"):
+        records += [_case("lib." + "x" * 60, outcome, f"family_{i}/{'c' * 80}{i}")
+                    for i in range(30)]
+    (line,) = outcome_lines(records)[2:]
+    assert len(line) <= LINE_WIDTH, line
+    # every group keeps its count, and no label passes its width
+    for words in ("30 failed", "30 errors", "30 flaky", "30 known failures",
+                  "30 declared deviations"):
+        assert words in line, line
+    assert "c" * LABEL_WIDTH not in line
+
+
+def test_no_outcome_lines_when_everything_passed_or_was_unsupported():
+    from suite.conformance.summary import matrix_lines, outcome_lines
+
+    records = [_case("numpy", "pass", "masking/none", reason=None),
+               _case("numpy", "unsupported", "gradients/plain", reason="needs grad")]
+    assert outcome_lines(records) == []
+    assert not any("not passed" in line for line in matrix_lines(records))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
 
@@ -25,13 +26,20 @@ def cell(counts: Counter) -> str:
     return " ".join(f"{counts[o]} {SHORT[o]}" for o in ORDER if counts.get(o))
 
 
+def row_label(r: dict) -> str:
+    """An implementation's row in the matrix: a kernel run by its interpreter says so, and
+    the CPU instruction-set level its library ran at (suite.isa) is named."""
+    return r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "") \
+        + (f" @{r['isa']}" if r.get("isa") else "")
+
+
 def matrix_lines(records: List[dict], config=None) -> List[str]:
+    """The implementation x family matrix, then ``outcome_lines``: one line per
+    implementation naming what its cells other than ok and unsup are."""
     families = sorted({r["family"] for r in records})
     rows: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-    for r in records:  # a kernel run by its interpreter says so in its row
-        label = r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "") \
-            + (f" @{r['isa']}" if r.get("isa") else "")  # the CPU level its library ran
-        rows[label][r["family"]][r["outcome"]] += 1
+    for r in records:
+        rows[row_label(r)][r["family"]][r["outcome"]] += 1
     width = max(len("implementation"), *(len(k) for k in rows))
     widths = [max(len(f), *(len(cell(rows[i][f])) for i in rows)) for f in families]
     header = "implementation".ljust(width) + "  " + "  ".join(
@@ -46,7 +54,90 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
                        if not e.available]
         for e in unavailable:
             lines.append(f"{e.name.ljust(width)}  unavailable: {e.error}")
+    return lines + outcome_lines(records)
+
+
+# The outcomes outcome_lines names, in its order, and their words (singular, plural).
+# Unsupported is left to the matrix's "unsup" counts: a feature not declared, not a verdict.
+GROUPS = {Outcome.FAIL.value: ("failed", "failed"), Outcome.ERROR.value: ("error", "errors"),
+          Outcome.FLAKY.value: ("flaky", "flaky"),
+          Outcome.KNOWN_FAILURE.value: ("known failure", "known failures"),
+          Outcome.DEVIATION.value: ("declared deviation", "declared deviations")}
+LINE_WIDTH = 160  # an outcome line's characters at most (labels are dropped to fit)
+LABEL_WIDTH = 40  # a label's characters at most
+LABELS = 3  # labels named per outcome group at most, the rest counted
+_POLICY = re.compile(r"([A-Za-z0-9_]+)=([A-Za-z0-9_.+-]+) \(")
+
+
+def outcome_label(r: dict) -> str:
+    """A short name for why a case did not pass, never its whole reason (that is the record's
+    ``reason``): a declared deviation's behaviour=policy, a known failure's known library
+    behaviour (suite.known) or, for one listed in a known-failures file, the case."""
+    if r.get("outcome") == Outcome.KNOWN_FAILURE.value and r.get("known_used"):
+        return ",".join(r["known_used"])
+    if r.get("outcome") == Outcome.DEVIATION.value:
+        used = set(r.get("policies_used") or ()) | {"float32_dots"}
+        said = [f"{b}={p}" for b, p in _POLICY.findall(r.get("reason") or "") if b in used]
+        if said:
+            return ",".join(dict.fromkeys(said))
+        if r.get("policies_used"):
+            return ",".join(r["policies_used"])
+    return f"{r.get('family')}/{r.get('case')}"
+
+
+def _short(text: str, width: int = LABEL_WIDTH) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _group_text(outcome: str, rs: List[dict], dtypes: set, labels: int) -> str:
+    singular, plural = GROUPS[outcome]
+    text = f"{len(rs)} {singular if len(rs) == 1 else plural}"
+    here = {r.get("dtype") for r in rs}
+    if len(here) == 1 and len(dtypes) > 1:  # only in one of the run's dtypes
+        text += f" in {next(iter(here))}"
+    if labels:
+        counts = Counter(outcome_label(r) for r in rs)
+        named = sorted(counts, key=lambda k: (-counts[k], k))
+        shown = [_short(k) + (f" x{counts[k]}" if counts[k] > 1 else "")
+                 for k in named[:labels]]
+        if len(named) > labels:
+            shown.append(f"+{len(named) - labels} more")
+        text += f" ({', '.join(shown)})"
+    return text
+
+
+def outcome_lines(records: Iterable[dict], width: int = LINE_WIDTH) -> List[str]:
+    """One line per implementation (row of the matrix) with a case that did not pass and was
+    not unsupported: per outcome, how many and short labels (``outcome_label``), never the
+    reasons, which stay in the results file's records and the report. A line is kept within
+    ``width`` by naming fewer labels (the counts always stay)."""
+    rows: Dict[str, Dict[str, List[dict]]] = defaultdict(lambda: defaultdict(list))
+    dtypes: Dict[str, set] = defaultdict(set)
+    for r in records:
+        label = row_label(r)
+        dtypes[label].add(r.get("dtype"))
+        if r.get("outcome") in GROUPS:
+            rows[label][r["outcome"]].append(r)
+    if not rows:
+        return []
+    lines = ["", "not passed, per implementation (each case's reason: its record's \"reason\" "
+                 "in the results file, and the report):"]
+    for impl in sorted(rows):
+        groups = {o: rows[impl][o] for o in GROUPS if rows[impl].get(o)}
+        labels = dict.fromkeys(groups, 0)  # one more label per group in turn, while it fits
+        for _ in range(LABELS):
+            for o in groups:
+                more = {**labels, o: labels[o] + 1}
+                if len(_impl_line(impl, groups, dtypes[impl], more)) <= width:
+                    labels = more
+        lines.append(_impl_line(impl, groups, dtypes[impl], labels))
     return lines
+
+
+def _impl_line(impl: str, groups: Dict[str, List[dict]], dtypes: set,
+               labels: Dict[str, int]) -> str:
+    return f"  {impl}: " + ", ".join(_group_text(o, rs, dtypes, labels[o])
+                                     for o, rs in groups.items())
 
 
 def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str]]
