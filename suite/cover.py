@@ -19,8 +19,8 @@ and every run):
 
 Known library behaviours (``suite.known``) follow conditions, not ids: the sample's lanes
 and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
-and was never needed. Property-based cases run the sample's number of examples, except
-where a known-failure entry names the case (it runs the full number, to reach its example).
+and was never needed. Property-based cases run the sample's number of examples
+(derandomised, the smallest shapes first: the entries on one-element problems still show).
 """
 
 from __future__ import annotations

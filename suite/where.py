@@ -84,6 +84,9 @@ class Where:
     cpu: Optional[FrozenSet[str]] = None
     when: Optional[Callable[..., bool]] = dataclasses.field(default=None, compare=False)
     when_text: str = ""
+    # The behaviour shows in some processes and not in others where the rest holds (a
+    # compiler's nondeterminism): a run where it held and never showed is not stale.
+    intermittent: bool = False
 
     def __post_init__(self) -> None:
         for dist, spec in self.versions.items():
@@ -111,6 +114,10 @@ class Where:
             return False
         return self.versions_hold()
 
+    def everywhere(self) -> bool:
+        """True for a condition on no environment and no problem (``intermittent`` alone)."""
+        return not (self.versions or self.isa or self.device or self.cpu or self.when)
+
     def versions_hold(self) -> bool:
         """True when the installed distributions are in the version ranges (the other
         conditions aside: they depend on the run, the versions on the environment only)."""
@@ -131,6 +138,8 @@ class Where:
             parts.append("cpu=" + "|".join(sorted(self.cpu)))
         if self.when_text:
             parts.append(self.when_text)
+        if self.intermittent:
+            parts.append("intermittent")
         return "; ".join(parts) or "anywhere"
 
 
@@ -142,7 +151,11 @@ def parse(text: str) -> Where:
     """A ``Where`` from its text, e.g. ``torch>=2.4,<2.5; isa=avx2|avx512; device=cpu``."""
     versions: Dict[str, str] = {}
     named: Dict[str, FrozenSet[str]] = {}
+    intermittent = False
     for part in filter(None, (p.strip() for p in text.split(";"))):
+        if part == "intermittent":
+            intermittent = True
+            continue
         key, eq, value = part.partition("=")
         if eq and key.strip() in ("isa", "device", "cpu") and not value.startswith("="):
             named[key.strip()] = frozenset(v.strip() for v in value.split("|") if v.strip())
@@ -150,10 +163,11 @@ def parse(text: str) -> Where:
         m = _CONDITION.match(part)
         if not m:
             raise WhereError(f"condition {part!r}: expected DIST<specifier> (torch<2.5), "
-                             "isa=LEVEL[|LEVEL], device=NAME[|NAME] or cpu=FLAG[|FLAG]")
+                             "isa=LEVEL[|LEVEL], device=NAME[|NAME], cpu=FLAG[|FLAG] or "
+                             "intermittent")
         versions[m.group(1)] = m.group(2).replace(" ", "")
     return Where(versions=versions, isa=named.get("isa"), device=named.get("device"),
-                 cpu=named.get("cpu"))
+                 cpu=named.get("cpu"), intermittent=intermittent)
 
 
 @functools.cache

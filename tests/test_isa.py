@@ -178,3 +178,12 @@ def test_the_cpu_flags_digest_follows_the_flags():
     from suite import isa
 
     assert isa.cpu_flags_digest() == isa.cpu_flags_digest() and len(isa.cpu_flags_digest()) == 16
+
+
+def test_an_intermittent_entry_round_trips_and_holds_everywhere():
+    w = parse("intermittent")
+    assert w.intermittent and w.everywhere() and w.text() == "intermittent"
+    assert parse(w.text()) == w and w.holds("cpu", "avx2")
+    both = parse("torch>=2.13; intermittent")
+    assert both.intermittent and not both.everywhere() and parse(both.text()) == both
+    assert not parse("torch>=2.13").intermittent

@@ -78,10 +78,8 @@ def test_random_shapes(target, conform, request, listed_known_failure):
     if n is None:  # the default: bounded where each new shape costs seconds
         n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
             if declared(target[0].impl, "compiles_per_shape") else EXAMPLES
-        if request.config.getoption("--sample") or (  # the main job's sample: fewer still
-                # (CI's cover too, unless an entry lists the case: its example must come up)
-                request.config.getoption("--cover") and not listed_known_failure):
-            n = examples(target[0].impl, target[1], n)
+        if request.config.getoption("--sample") or request.config.getoption("--cover"):
+            n = examples(target[0].impl, target[1], n)  # the main job's and CI's: fewer still
     # A listed known failure runs to show it still fails: its first failing example says so,
     # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin
     # that compiles each new shape, shrinking alone took 300 s, Hypothesis's own limit).
