@@ -776,3 +776,8 @@ def get(family: str, name: str) -> Case:
         if c.family == family and c.name == name:
             return c
     raise KeyError(f"unknown case {family}/{name}")
+
+
+# The variants family lives in its own module and registers into CASES here, last, so every
+# family's cases are in CASES whichever module is imported first.
+from suite import variant_cases  # noqa: E402,F401  (registers the variants family)
