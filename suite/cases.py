@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from suite import variant_cases
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -764,6 +765,11 @@ for _layout in LAYOUTS:
             _layout_problem(_layout, _kind))
 
 
+# --- variants: the score variants with the masks they meet (suite.variant_cases) ------------
+for _name, _build, _kw in variant_cases.BUILDERS:
+    case(variant_cases.FAMILY, _name, **_kw)(_build)
+
+
 def by_family() -> Dict[str, List[Case]]:
     out: Dict[str, List[Case]] = {}
     for c in CASES:
@@ -776,8 +782,3 @@ def get(family: str, name: str) -> Case:
         if c.family == family and c.name == name:
             return c
     raise KeyError(f"unknown case {family}/{name}")
-
-
-# The variants family lives in its own module and registers into CASES here, last, so every
-# family's cases are in CASES whichever module is imported first.
-from suite import variant_cases  # noqa: E402,F401  (registers the variants family)

@@ -215,7 +215,7 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
     """The score variants on the scaled logits (B, H, L, S), in the spec's order: cap, ALiBi
     and the relative table added, score_mod; each result rounded to the dtype. Also returns
     what the backward and the rounding bound need (empty without variants)."""
-    r, (B, H, L, S) = ar.r, logits.shape
+    r, (L, S) = ar.r, logits.shape[-2:]
     parts: Dict[str, Any] = {}
     if p.softcap is not None:  # cap * tanh(score / cap), after the scale, before any bias
         cap = ar.acc(p.softcap)

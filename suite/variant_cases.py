@@ -8,18 +8,18 @@ infinite score under a cap. Each case needs the features its variants name, so a
 that lacks one reports it unsupported. The spec of a row with no key: a zero head output,
 with a sink too (the row attends only to the sink, which takes no value).
 
-Registered into ``suite.cases.CASES`` (imported at the end of ``suite.cases``): judged by the
-agreement rule like every family there, their inputs seeded from the case's name.
+``suite.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it):
+judged by the agreement rule like every family there, their inputs seeded from the case's
+name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from suite.cases import _rng, case
 from suite.check import Outcome, run_problem
 from suite.plugin import Implementation, declared
 from suite.problem import Mask, Problem, make_problem
@@ -28,6 +28,22 @@ from suite.variants import SCORE_MODS, Alibi, RelBias, alibi_slopes
 FAMILY = "variants"
 # B, Lq, Lk, E, H as the masking family: D = 4; Lq < Lk (cross-attention) unless said.
 VB, VL, VS, VE, VH = 3, 11, 13, 16, 4
+# (name, seed -> problem, suite.cases.case keywords), in declaration order.
+BUILDERS: List[Tuple[str, Callable[[int], Problem], Dict[str, Any]]] = []
+
+
+def case(family: str, name: str, **kw: Any) -> Callable:
+    """Declare case ``family/name`` (``suite.cases.case``'s keywords) for suite.cases."""
+    assert family == FAMILY  # one family here
+
+    def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
+        BUILDERS.append((name, fn, kw))
+        return fn
+    return deco
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed + 1)  # as suite.cases draws a case's extra arrays
 
 
 def _problem(seed: int, L: int = VL, S: int = VS, E: int = VE, H: int = VH,
