@@ -132,6 +132,28 @@ def mask_forms_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def features_page() -> str:
+    from suite.plugin import FEATURE_MEANINGS, VARIANT_FEATURES
+    from suite.variants import ALIBI_CONVENTIONS, BUCKETINGS, SCORE_MODS
+
+    out = ["# Features", "", "Generated from `suite.plugin.FEATURE_MEANINGS`: what a plugin may "
+           "declare in `features`. A case whose problem needs a feature the plugin does not "
+           "declare is reported unsupported, never run. The score variants (`suite.variants`) "
+           "are applied in one order: scale, cap, ALiBi and the relative table added, "
+           "score_mod, then the mask, then the softmax with the sinks in its denominator; a "
+           "row with no key to attend gives a zero head output, with a sink too.", "",
+           "| feature | meaning | score variant |", "|---|---|---|"]
+    out += [f"| `{f}` | {cell(d)} | {'yes' if f in VARIANT_FEATURES else ''} |"
+            for f, d in FEATURE_MEANINGS.items()]
+    for title, table in (("ALiBi conventions", ALIBI_CONVENTIONS),
+                         ("Relative position bucketings", BUCKETINGS),
+                         ("The suite's example score modifiers",
+                          {n: m.doc for n, m in SCORE_MODS.items()})):
+        out += ["", f"## {title}", "", "| name | meaning |", "|---|---|"]
+        out += [f"| `{n}` | {cell(d)} |" for n, d in table.items()]
+    return "\n".join(out) + "\n"
+
+
 def policies_page() -> str:
     from suite.plugin import POLICIES
 
@@ -338,6 +360,7 @@ def all_pages() -> Dict[str, str]:
     return {"reference/builtins.md": builtins_page(entries),
             "reference/cases.md": cases_page(),
             "reference/mask-forms.md": mask_forms_page(),
+            "reference/features.md": features_page(),
             "reference/policies.md": policies_page(),
             "reference/cli.md": cli_page(),
             "findings.md": findings_page(entries)}

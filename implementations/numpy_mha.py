@@ -6,17 +6,23 @@ q, k, v -> head outputs), the signature the torch and jax cores share; ``mask`` 
 ``attention_mask(problem, dtype)`` translates the canonical mask into: by default a
 ``suite.adapters.AttendMask`` of NumPy arrays in the compute dtype, which a kernel with
 its own mask representation overrides (``numpy.flash`` keeps the mask in parts).
+
+``numpy`` also computes every score variant (``suite.variants``: soft-capping, ALiBi, a
+relative position table, a score modifier, sinks, value heads of their own width), each
+from the problem's parameters, in the compute dtype; the other NumPy kernels declare none.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from suite.adapters import AttendMask, attend_mask
-from suite.plugin import Deviation, Implementation, Result
+from suite.adapters import AttendMask, ScoreVariants, attend_mask
+from suite.plugin import VARIANT_FEATURES, Deviation, Implementation, Result
 from suite.problem import Problem
+from suite.variants import Alibi, RelBias, ScoreMod
 
 NP_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
@@ -66,30 +72,30 @@ class NumpyCore(Implementation):
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: AttendMask,
                scale: float, need_weights: bool):
-        """q (B, H, L, D), k/v (B, H, S, D), mask.bias (B, H|1, L, S) or None.
+        """q (B, H, L, D), k (B, H, S, D), v (B, H, S, V), mask.bias (B, H|1, L, S) or None.
 
-        Returns (heads (B, H, L, D), weights (B, H, L, S) or None).
+        Returns (heads (B, H, L, V), weights (B, H, L, S) or None).
         """
         raise NotImplementedError
 
     def run(self, s: Dict[str, Any]):
         p, w = s["p"], s["w"]
-        B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+        B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
         q = s["query"] @ w["w_q"]  # (B, L, H*D)
         k = s["key"] @ w["w_k"]  # (B, S, K*D)
-        v = s["value"] @ w["w_v"]  # (B, S, K*D)
+        v = s["value"] @ w["w_v"]  # (B, S, K*V)
         if w["b_q"] is not None:
             q += w["b_q"]
             k += w["b_k"]
             v += w["b_v"]
         q = q.reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
         k = k.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-        v = v.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+        v = v.reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
         if K != H:  # query head h reads kv head h // (H // K)
             k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
-            v = np.repeat(v, H // K, axis=1)  # (B, H, S, D)
+            v = np.repeat(v, H // K, axis=1)  # (B, H, S, V)
         heads, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
-        out = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D) @ w["w_o"]  # (B, L, E)
+        out = heads.transpose(0, 2, 1, 3).reshape(B, L, H * V) @ w["w_o"]  # (B, L, E)
         if w["b_o"] is not None:
             out += w["b_o"]
         return out, weights
@@ -101,10 +107,11 @@ class NumpyCore(Implementation):
 
 
 class NumpyMHA(NumpyCore):
-    """Scores, masked softmax, weighted sum: the plain vectorised algorithm."""
+    """Scores, the score variants, masked softmax (a sink in the denominator), weighted sum:
+    the plain vectorised algorithm."""
 
     name = "numpy"
-    features = NumpyCore.features | {"weights"}
+    features = NumpyCore.features | {"weights"} | VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "
@@ -113,20 +120,102 @@ class NumpyMHA(NumpyCore):
     def attend(self, q, k, v, mask, scale, need_weights):
         bias = mask.bias
         scores = (q @ k.transpose(0, 1, 3, 2)) * scale  # (B, H, L, S)
+        variants = mask.variants
+        if variants is not None:  # cap, position biases, score_mod: before the mask
+            scores = self.vary(scores, variants)
         if bias is not None:
             scores += bias
             # Padded keys may hold NaN/garbage: masked scores are exactly -inf, never NaN.
             scores[np.broadcast_to(np.isneginf(bias), scores.shape)] = -np.inf
         row_max = scores.max(axis=-1, keepdims=True)  # (B, H, L, 1)
+        sinks = None if variants is None or variants.sinks is None else \
+            variants.sinks[None, :, None, None]  # (1, H, 1, 1)
+        if sinks is not None:  # the sink's logit joins the max (a NaN max stays NaN)
+            row_max = np.maximum(row_max, sinks)
         # A fully masked row has no finite logit: use 0 as its max so exp gives all zeros
         # (a +inf or NaN max stays: IEEE makes that row NaN, as the spec says).
         row_max[np.isneginf(row_max)] = 0
         scores -= row_max
         np.exp(scores, out=scores)  # softmax in the input dtype, max-subtracted
         total = scores.sum(axis=-1, keepdims=True)  # (B, H, L, 1)
+        if sinks is not None:  # in the denominator only: the sink takes no value
+            total += np.exp(sinks - row_max)
         total[total == 0] = 1  # fully masked row: weights stay 0, so its head output is 0
         scores /= total
         if bias is not None:
             v = np.where(np.isneginf(bias).all(axis=-2)[..., None], 0, v)  # NaN padding: 0*NaN
         heads = scores @ v  # (B, H, L, D)
         return heads, (scores if need_weights else None)
+
+    # --- score variants (suite.variants), each in the compute dtype ---------------------
+    def vary(self, scores: np.ndarray, variants: ScoreVariants) -> np.ndarray:
+        """scores (B, H, L, S) with the variants in the spec's order: cap, ALiBi and the
+        relative table added, score_mod."""
+        L, S = scores.shape[-2:]
+        if variants.softcap is not None:
+            scores = self.cap(scores, variants.softcap)
+        if variants.alibi is not None:
+            scores = scores + self.alibi_bias(variants.alibi, L, S)  # (H, L, S)
+        if variants.rel_bias is not None:
+            scores = scores + self.relative_bias(variants.rel_bias, L, S)  # (H, L, S)
+        if variants.score_mod is not None:
+            scores = self.modify(scores, variants.score_mod)
+        return scores
+
+    def cap(self, scores: np.ndarray, cap: float) -> np.ndarray:
+        """cap * tanh(scores / cap): tanh saturates, so an inf score becomes +-cap."""
+        return cap * np.tanh(scores / cap)
+
+    @staticmethod
+    def query_positions(align: str, L: int, S: int, dtype) -> np.ndarray:
+        """(L, 1) key position of each query row: i, or i + S - L bottom-right aligned."""
+        return (np.arange(L, dtype=dtype) + (S - L if align == "bottom_right" else 0))[:, None]
+
+    def alibi_bias(self, alibi: Alibi, L: int, S: int) -> np.ndarray:
+        """(H, L, S): each head's slope times the convention's position term."""
+        slopes = alibi.slopes  # (H,) in the compute dtype
+        j = np.arange(S, dtype=slopes.dtype)[None, :]  # (1, S)
+        i = self.query_positions(alibi.align, L, S, slopes.dtype)  # (L, 1)
+        term = {"key": np.broadcast_to(j, (L, S)), "distance": -np.abs(i - j),
+                "signed": j - i}[alibi.convention]  # (L, S)
+        return slopes[:, None, None] * term  # (H, L, S)
+
+    def relative_bias(self, rel: RelBias, L: int, S: int) -> np.ndarray:
+        """(H, L, S): each head's table read at the bucket of the distance j - i."""
+        i = self.query_positions(rel.align, L, S, np.int64)  # (L, 1)
+        distance = np.arange(S)[None, :] - i  # (L, S) memory minus context position, as T5
+        n = rel.table.shape[-1]
+        if rel.bucketing == "clip":
+            high = rel.max_distance if rel.bidirectional else 0
+            buckets = np.clip(distance, -rel.max_distance, high) + rel.max_distance
+        else:
+            buckets = _t5_bucket(distance, rel.bidirectional, n, rel.max_distance)
+        return rel.table[:, buckets]  # (H, L, S)
+
+    def modify(self, scores: np.ndarray, mod: ScoreMod) -> np.ndarray:
+        """The score modifier on (B, H, L, S), its indices as floats of the dtype."""
+        B, H, L, S = scores.shape
+        t = scores.dtype
+        b, h = np.arange(B, dtype=t)[:, None, None, None], np.arange(H, dtype=t)[:, None, None]
+        i, j = np.arange(L, dtype=t)[:, None], np.arange(S, dtype=t)
+        return np.asarray(mod.fn(scores, b, h, i, j, np), dtype=t)
+
+
+def _t5_bucket(distance: np.ndarray, bidirectional: bool, num_buckets: int,
+               max_distance: int) -> np.ndarray:
+    """Hugging Face T5's ``_relative_position_bucket``, line for line (float32 log)."""
+    buckets = np.zeros_like(distance)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (distance > 0).astype(np.int64) * num_buckets
+        distance = np.abs(distance)
+    else:
+        distance = -np.minimum(distance, 0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    with np.errstate(divide="ignore"):  # log(0) where the exact bucket is taken anyway
+        scaled = (np.log(distance.astype(np.float32) / max_exact)
+                  / np.float32(math.log(max_distance / max_exact)) * (num_buckets - max_exact))
+    large = max_exact + np.where(is_small, 0, scaled).astype(np.int64)
+    large = np.minimum(large, num_buckets - 1)
+    return buckets + np.where(is_small, distance, large)

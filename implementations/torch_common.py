@@ -32,6 +32,7 @@ top-left causal) and ``dead_keys``; ``zero_dead_values(v, mask)`` zeroes padded 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -197,7 +198,7 @@ class TorchCore(Implementation):
 
     def forward(self, state: Dict[str, Any]):
         p, x = state["p"], state["tensors"]
-        B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+        B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
 
         def proj(inp, w, b):
             return inp @ w if b is None else torch.addmm(b, inp.reshape(-1, inp.shape[-1]), w
@@ -205,7 +206,7 @@ class TorchCore(Implementation):
 
         q = proj(x["query"], x["w_q"], x["b_q"]).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = proj(x["key"], x["w_k"], x["b_k"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
-        v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
+        v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, V).transpose(1, 2)  # (B, K, S, V)
         layout = requested_layout(p) or self.own_layout
         if layout == "expanded":  # contiguous q, kv heads broadcast with stride 0
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -213,12 +214,12 @@ class TorchCore(Implementation):
                 k, v = expand_heads(k, H), expand_heads(v, H)
         if self.repeat_kv and k.shape[1] != H:  # query head h reads kv head h // (H // K)
             k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
-            v = v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+            v = v.repeat_interleave(H // K, dim=1)  # (B, H, S, V)
         if layout not in (None, "expanded"):  # the layouts family: this memory layout
             q, k, v = arrange(q, layout), arrange(k, layout), arrange(v, layout)
         heads, weights = self.attend(q, k, v, state["mask"], p.effective_scale,
                                      state["need_weights"])
-        concat = heads.transpose(1, 2).reshape(B, L, H * D)  # (B, L, H*D)
+        concat = heads.transpose(1, 2).reshape(B, L, H * V)  # (B, L, H*V)
         return proj(concat, x["w_o"], x["b_o"]), weights  # (B, L, E)
 
     def run(self, state: Dict[str, Any]):
@@ -542,13 +543,108 @@ def cuda_available() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
-def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis; a row with no finite score gives zeros, not NaN."""
+def masked_softmax(scores: torch.Tensor, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Softmax over the last axis; a row with no finite score gives zeros, not NaN.
+    ``sinks`` (H,): one logit per head in each row's denominator, taking no weight of a key
+    (the weights of a row then sum to less than 1; a row with no key gives zeros)."""
     # The row max is a shift softmax cancels exactly, so no gradient flows through it;
     # detached, inductor's float16/bfloat16 backward is also finite (through amax it gave
     # NaN, measured, torch 2.13 CPU).
     top = scores.amax(dim=-1, keepdim=True).detach()
+    if sinks is not None:  # the sink's logit joins the max (a NaN max stays NaN)
+        sink = sinks.view(1, -1, 1, 1)  # (1, H, 1, 1)
+        top = torch.maximum(top, sink.detach())
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     e = torch.exp(scores - top)
     total = e.sum(dim=-1, keepdim=True)
+    if sinks is not None:  # in the denominator only: the sink takes no value
+        total = total + torch.exp(sink - top)
     return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+# --- score variants (suite.variants), in torch ops on the scores' device and dtype ---------
+def vary_scores(scores: torch.Tensor, variants: Any) -> torch.Tensor:
+    """scores (B, H, L, S) with ``variants`` (``suite.adapters.ScoreVariants``, tensors on the
+    device) in the spec's order: cap, ALiBi and the relative table added, score_mod."""
+    L, S = scores.shape[-2:]
+    if variants.softcap is not None:  # cap * tanh(score / cap): an inf score becomes +-cap
+        scores = variants.softcap * torch.tanh(scores / variants.softcap)
+    if variants.alibi is not None:
+        scores = scores + alibi_bias(variants.alibi, L, S)  # (H, L, S)
+    if variants.rel_bias is not None:
+        scores = scores + relative_bias(variants.rel_bias, L, S)  # (H, L, S)
+    if variants.score_mod is not None:
+        scores = score_modified(scores, variants.score_mod)
+    return scores
+
+
+def query_positions(align: str, L: int, S: int, like: torch.Tensor) -> torch.Tensor:
+    """(L, 1) key position of each query row: i, or i + S - L bottom-right aligned."""
+    offset = S - L if align == "bottom_right" else 0
+    return (torch.arange(L, device=like.device, dtype=like.dtype) + offset)[:, None]
+
+
+def alibi_bias(alibi: Any, L: int, S: int) -> torch.Tensor:
+    """(H, L, S): each head's slope times the convention's position term."""
+    slopes = alibi.slopes  # (H,)
+    j = torch.arange(S, device=slopes.device, dtype=slopes.dtype)[None, :]  # (1, S)
+    i = query_positions(alibi.align, L, S, slopes)  # (L, 1)
+    if alibi.convention == "key":  # BLOOM: the key position alone
+        term = j.expand(L, S)
+    elif alibi.convention == "distance":  # FlashAttention: -|i - j|
+        term = -(i - j).abs()
+    elif alibi.convention == "signed":
+        term = j - i
+    else:
+        raise ValueError(f"alibi.convention: expected key, distance or signed, got "
+                         f"{alibi.convention!r}")
+    return slopes[:, None, None] * term  # (H, L, S)
+
+
+def relative_bias(rel: Any, L: int, S: int) -> torch.Tensor:
+    """(H, L, S): each head's table read at the bucket of the distance j - i."""
+    table = rel.table  # (H, n)
+    i = query_positions(rel.align, L, S, torch.zeros((), dtype=torch.long,
+                                                     device=table.device))  # (L, 1)
+    distance = torch.arange(S, device=table.device)[None, :] - i  # (L, S) memory - context
+    if rel.bucketing == "clip":
+        high = rel.max_distance if rel.bidirectional else 0
+        buckets = distance.clamp(-rel.max_distance, high) + rel.max_distance
+    else:
+        buckets = t5_bucket(distance, rel.bidirectional, table.shape[-1], rel.max_distance)
+    return table[:, buckets]  # (H, L, S)
+
+
+def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
+              max_distance: int) -> torch.Tensor:
+    """Hugging Face T5's ``T5Attention._relative_position_bucket``, as it is written."""
+    relative_buckets = 0
+    if bidirectional:
+        num_buckets //= 2
+        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+        relative_position = torch.abs(relative_position)
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    relative_position_if_large = max_exact + (
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    relative_position_if_large = torch.min(
+        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1))
+    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+    return relative_buckets
+
+
+def score_modified(scores: torch.Tensor, mod: Any) -> torch.Tensor:
+    """``mod.fn`` (``suite.variants.ScoreMod``) on (B, H, L, S) torch scores, ``xp = torch``,
+    its indices as floats of the scores' dtype."""
+    B, H, L, S = scores.shape
+
+    def index(n: int, shape: Tuple[int, ...]) -> torch.Tensor:
+        return torch.arange(n, device=scores.device, dtype=scores.dtype).view(shape)
+
+    return mod.fn(scores, index(B, (B, 1, 1, 1)), index(H, (1, H, 1, 1)),
+                  index(L, (1, 1, L, 1)), index(S, (1, 1, 1, S)), torch)

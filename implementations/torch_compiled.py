@@ -24,7 +24,7 @@ from implementations.torch_common import ALL_LAYOUTS, TorchCore, masked_softmax,
 from implementations.torch_eager import TorchEager
 from suite import cache
 from suite.adapters import AttendMask
-from suite.plugin import Deviation
+from suite.plugin import VARIANT_FEATURES, Deviation
 
 cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
 
@@ -47,7 +47,8 @@ class TorchCompiled(CompiledPerShape, TorchEager):
     after the first recompile)."""
 
     name = "torch.compile"
-    features = TorchEager.features - {"weights"}
+    # its compiled core is the plain algorithm: no score variants
+    features = TorchEager.features - {"weights"} - VARIANT_FEATURES
     compiles_per_shape = True  # each new shape or mask kind recompiles (2-20 s cold, CPU)
 
     def __init__(self) -> None:

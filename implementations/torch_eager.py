@@ -1,15 +1,22 @@
-"""torch.eager: the plain algorithm in torch ops (matmul, masked softmax, matmul)."""
+"""torch.eager: the plain algorithm in torch ops (matmul, masked softmax, matmul), with
+every score variant (``suite.variants``) in torch ops: the reference on torch."""
 
 from __future__ import annotations
 
-from implementations.torch_common import ALL_LAYOUTS, TorchCore, masked_softmax, zero_dead_values
+from implementations.torch_common import (
+    ALL_LAYOUTS,
+    TorchCore,
+    masked_softmax,
+    vary_scores,
+    zero_dead_values,
+)
 from suite.adapters import AttendMask
-from suite.plugin import Deviation
+from suite.plugin import VARIANT_FEATURES, Deviation
 
 
 class TorchEager(TorchCore):
     name = "torch.eager"
-    features = TorchCore.features | {"weights"}
+    features = TorchCore.features | {"weights"} | VARIANT_FEATURES
     layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
@@ -18,9 +25,13 @@ class TorchEager(TorchCore):
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, L, S)
+        variants = mask.variants
+        if variants is not None:  # cap, position biases, score_mod: before the mask
+            scores = vary_scores(scores, variants)
         if mask.bias is not None:
             # Masked scores are exactly -inf, even where padded keys hold NaN.
             scores = (scores + mask.bias).masked_fill(~mask.allowed, float("-inf"))
-        weights = masked_softmax(scores)  # fully masked row -> zeros (spec)
+        # fully masked row -> zeros (spec), with a sink too
+        weights = masked_softmax(scores, None if variants is None else variants.sinks)
         v = zero_dead_values(v, mask)
-        return weights @ v, (weights if need_weights else None)  # (B, H, L, D)
+        return weights @ v, (weights if need_weights else None)  # (B, H, L, V)

@@ -50,7 +50,8 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Seq
 import numpy as np
 
 from suite.plugin import Unsupported
-from suite.problem import Mask, Problem, Weights
+from suite.problem import VARIANT_FIELDS, Mask, Problem, Weights
+from suite.variants import Alibi, RelBias, ScoreMod
 
 CONVENTIONS = ("attend", "masked")
 CAUSAL_ALIGNS = ("top_left", "bottom_right")
@@ -373,7 +374,8 @@ class AttendMask:
     dead_keys: bool (B, H|1, S, 1): keys no query may attend (padding may hold NaN there),
         or None when every key is read by some query;
     causal_only: the whole mask is top-left causal (a native ``is_causal`` flag suffices);
-    kinds: the canonical mask's kinds (``Mask.kinds``); causal_align its alignment.
+    kinds: the canonical mask's kinds (``Mask.kinds``); causal_align its alignment;
+    variants: the problem's score variants (``ScoreVariants``), or None without any.
     """
 
     bias: Any = None
@@ -386,9 +388,40 @@ class AttendMask:
     # attend, -inf fill, in the kernel's array type), or "" and None.
     form_name: str = ""
     form: Optional[FormMask] = None
+    variants: Optional[ScoreVariants] = None
 
     def replace(self, **arrays: Any) -> AttendMask:
         return dataclasses.replace(self, **arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreVariants:
+    """The problem's score variants as ``attend`` receives them (``AttendMask.variants``):
+    ``suite.variants``' fields with their arrays in the kernel's array type, dtype and
+    device; the kernel computes positions and buckets itself. A core gives None when the
+    problem has none; the spec's order is cap, ALiBi and table added, score_mod, mask,
+    softmax with the sinks in its denominator."""
+
+    softcap: Optional[float] = None
+    alibi: Optional[Alibi] = None  # slopes (H,)
+    rel_bias: Optional[RelBias] = None  # table (H, n_buckets)
+    score_mod: Optional[ScoreMod] = None
+    sinks: Any = None  # (H,)
+
+
+def score_variants(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambda a: a
+                   ) -> Optional[ScoreVariants]:
+    """The ``ScoreVariants`` of ``problem`` (None without any); ``put_float`` moves the
+    float64 arrays (slopes, table, sinks) into the kernel's array type, dtype and device."""
+    p = problem
+    if all(getattr(p, n) is None for n in VARIANT_FIELDS):
+        return None
+    alibi = None if p.alibi is None else dataclasses.replace(
+        p.alibi, slopes=put_float(np.asarray(p.alibi.slopes, np.float64)))
+    rel = None if p.rel_bias is None else dataclasses.replace(
+        p.rel_bias, table=put_float(np.asarray(p.rel_bias.table, np.float64)))
+    sinks = None if p.sinks is None else put_float(np.asarray(p.sinks, np.float64))
+    return ScoreVariants(p.softcap, alibi, rel, p.score_mod, sinks)
 
 
 def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambda a: a,
@@ -396,8 +429,9 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
     """The ``AttendMask`` of ``problem``; ``put_float``/``put_bool`` move the float64 and
     bool NumPy arrays into the kernel's array type, dtype and device."""
     m = problem.mask
+    variants = score_variants(problem, put_float)
     if m.is_empty():
-        return AttendMask(causal_align=m.causal_align)
+        return AttendMask(causal_align=m.causal_align, variants=variants)
     parts = split_mask(problem, key_padding=False, native_causal=())  # everything in "mask"
     dead = parts.dead_keys()
     form_name, form = requested_form(problem) or "", None
@@ -407,7 +441,7 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
             else put_float(a))
     return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
                       None if dead is None else put_bool(dead), m.kinds == {"causal"},
-                      m.kinds, m.causal_align, form_name, form)
+                      m.kinds, m.causal_align, form_name, form, variants)
 
 
 # ------------------------------------------------------------------------- mask forms

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from suite import variant_cases
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -762,6 +763,11 @@ for _layout in LAYOUTS:
         case("layouts", _layout if _kind == "none" else f"{_layout}+{_kind}",
              judge=_layout_judge(_layout), square=None if _kind == "causal" else YL)(
             _layout_problem(_layout, _kind))
+
+
+# --- variants: the score variants with the masks they meet (suite.variant_cases) ------------
+for _name, _build, _kw in variant_cases.BUILDERS:
+    case(variant_cases.FAMILY, _name, **_kw)(_build)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -13,8 +13,13 @@ The agreement rule takes the larger error of the two orders (``baselines``): an
 implementation is held to what its dtype allows in any plain summation order, so a verdict
 does not hinge on which CPU, BLAS or thread count ran it (DESIGN.md, agreement rule).
 
+Score variants (``suite.variants``) are applied in one place, ``_vary``, in the spec's
+order: scale, cap, ALiBi and the relative table, score_mod; then the mask, then the softmax
+with the sinks in its denominator. A row with no key to attend gives a zero head output,
+with a sink too (it attends only to the sink, which takes no value).
+
 Letters: B batch, L query length, S key length, H query heads, K kv heads, D head width,
-E model width.
+V value head width, E model width.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from suite.problem import Problem
+from suite.variants import score_mod_indices
 
 ORDERS = ("blas", "sequential")
 # How float32 matrix products may take their operands (a declared ``float32_dots`` policy,
@@ -119,6 +125,10 @@ class Arithmetic:
         # last ulp; a correctly rounded one keeps the baseline the same everywhere).
         return self.r(np.exp(np.asarray(x, np.float64)))
 
+    def tanh(self, x: np.ndarray) -> np.ndarray:
+        # tanh rounded once to the dtype, as exp (the same on every CPU)
+        return self.r(np.tanh(np.asarray(x, np.float64)))
+
 
 EXACT = Arithmetic("float64")
 
@@ -201,9 +211,35 @@ def _arrays(x: Any):
             yield from _arrays(v)
 
 
+def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, Dict[str, Any]]:
+    """The score variants on the scaled logits (B, H, L, S), in the spec's order: cap, ALiBi
+    and the relative table added, score_mod; each result rounded to the dtype. Also returns
+    what the backward and the rounding bound need (empty without variants)."""
+    r, (L, S) = ar.r, logits.shape[-2:]
+    parts: Dict[str, Any] = {}
+    if p.softcap is not None:  # cap * tanh(score / cap), after the scale, before any bias
+        cap = ar.acc(p.softcap)
+        t = ar.tanh(r(logits / cap))
+        parts["scaled"], parts["cap_slope"] = logits, r(1 - r(t * t))  # d capped / d scaled
+        logits = r(cap * t)
+    added = []
+    if p.alibi is not None:  # slope (H,) times the position term (L, S), in the dtype
+        slopes = r(p.alibi.slopes)[:, None, None]  # (H, 1, 1)
+        added.append(r(slopes * r(p.alibi.positions(L, S))))  # (H, L, S)
+    if p.rel_bias is not None:  # table (H, n) read at each pair's bucket (L, S)
+        added.append(r(p.rel_bias.table)[:, p.rel_bias.buckets(L, S)])  # (H, L, S)
+    for bias in added:
+        logits = r(logits + bias)
+    parts["added"] = tuple(added)
+    if p.score_mod is not None:  # in the dtype's storage type: float64, or float32 below it
+        parts["modded_from"] = logits
+        logits = r(p.score_mod.fn(logits, *score_mod_indices(logits.shape, ar.acc), np))
+    return logits, parts
+
+
 def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndarray]:
     r = ar.r
-    B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+    B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
     w = {n: (None if a is None else r(a)) for n, a in p.weights.as_dict().items()}
     x = {"query": r(p.query), "key": r(p.key), "value": r(p.value)}
 
@@ -213,21 +249,22 @@ def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndar
 
     q = project(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
     k = project(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-    v = project(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
+    v = project(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
     # GQA: query head h reads kv head h // (H // K).
     k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
-    v = np.repeat(v, H // K, axis=1)  # (B, H, S, D)
+    v = np.repeat(v, H // K, axis=1)  # (B, H, S, V)
     allowed = p.mask.dense_allowed(B, H, L, S)  # (B, H, L, S)
     if p.mask.bias is not None:  # a -inf bias entry masks its key, as False in allowed does
         allowed = allowed & (np.broadcast_to(p.mask.bias, allowed.shape) > -np.inf)
     scores = ar.matmul(q, k.transpose(0, 1, 3, 2))  # (B, H, L, S)
-    logits = r(scores * ar.acc(p.effective_scale))  # (B, H, L, S)
+    varied, parts = _vary(p, ar, r(scores * ar.acc(p.effective_scale)))  # (B, H, L, S)
+    logits = varied
     if p.mask.bias is not None:
         logits = r(logits + r(p.mask.bias))
     dead_row = ~allowed.any(axis=-1, keepdims=True)  # (B, H, L, 1): no key to attend
     if fully_masked == "unmasked":
         sees = allowed | dead_row  # a row with no key attends to every key
-        logits = np.where(dead_row, r(scores * ar.acc(p.effective_scale)), logits)  # no mask
+        logits = np.where(dead_row, varied, logits)  # no mask
     elif fully_masked == "mean_values":
         sees = allowed | dead_row
         logits = np.where(dead_row, 0.0, logits).astype(ar.acc)  # equal logits: uniform weights
@@ -241,27 +278,35 @@ def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndar
     # attended logit is -inf gives -inf - -inf = NaN: each makes the whole row's weights NaN.
     row_max = logits.max(axis=-1, keepdims=True)  # (B, H, L, 1)
     row_max = np.where(empty, 0.0, row_max)  # a fully masked row has no max
+    sink = None if p.sinks is None else r(p.sinks)[None, :, None, None]  # (1, H, 1, 1)
+    if sink is not None:  # the sink's logit joins the max (a NaN max stays NaN)
+        row_max = np.where(empty, sink, np.maximum(row_max, sink)).astype(ar.acc)
     e = ar.exp(r(logits - row_max))  # masked entries: exp(-inf) = 0
     total = ar.sum(e, axis=-1)  # (B, H, L, 1)
-    # A fully masked query row has no key to attend: its weights and head output are 0.
+    if sink is not None:  # the sink joins the denominator, after the keys
+        e_sink = ar.exp(r(sink - row_max))  # (B, H, L, 1)
+        total = r(total + e_sink)
+        parts["sink_weight"] = r(e_sink / total)  # (B, H, L, 1): what the sink takes
+    # A fully masked query row has no key to attend: its weights and head output are 0
+    # (with a sink too: the row attends only to the sink, which takes no value).
     weights = np.where(empty, 0.0, r(e / np.where(empty, 1, total))).astype(ar.acc)
     if fully_masked == "nan":
         weights = np.where(dead_row, np.nan, weights).astype(ar.acc)
     # Keys no query may attend (padding) must not poison the sum: 0 * NaN is NaN.
     used = sees.any(axis=2)[..., None]  # (B, H, S, 1)
-    v_used = np.where(used, v, 0.0).astype(ar.acc)  # (B, H, S, D)
+    v_used = np.where(used, v, 0.0).astype(ar.acc)  # (B, H, S, V)
     # A NaN or inf value reaches exactly the rows that may attend its key, and makes their
     # head output NaN (0 * inf is NaN: a key a row may not attend is dropped, not weighted 0).
     bad_v = ~np.isfinite(v_used).all(axis=-1)  # (B, H, S)
-    heads = ar.matmul(weights, np.where(bad_v[..., None], 0.0, v_used))  # (B, H, L, D)
+    heads = ar.matmul(weights, np.where(bad_v[..., None], 0.0, v_used))  # (B, H, L, V)
     if bad_v.any():
         reach = (sees & bad_v[:, :, None, :]).any(axis=-1, keepdims=True)  # (B, H, L, 1)
         heads = np.where(reach, np.nan, heads).astype(ar.acc)
-    concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
+    concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * V)  # (B, L, H*V)
     out = project(concat, w["w_o"], w["b_o"])  # (B, L, E)
     return {"x": x, "w": w, "q": q, "k": k, "v": v_used, "used": used, "weights": weights,
             "heads": heads, "concat": concat, "out": out, "allowed": allowed, "logits": logits,
-            "sees": sees}
+            "sees": sees, "variants": parts}
 
 
 def oracle(p: Problem, fully_masked: str = "zero") -> Tuple[np.ndarray, np.ndarray]:
@@ -298,6 +343,33 @@ def first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Option
                  lambda: _first_order(p, dtype, fully_masked, dots))
 
 
+def sq(a: np.ndarray) -> np.ndarray:
+    """Squares, with NaN/inf (masked or padded entries, weighed 0 where used) as 0."""
+    return np.square(np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=0.0, neginf=0.0))
+
+
+def _through_variants(p: Problem, parts: Dict[str, Any], dl: np.ndarray, u2: float
+                      ) -> np.ndarray:
+    """The variance ``dl`` (B, H, L, S) of the scaled logits' error carried through the
+    score variants of ``p`` (``_vary``'s ``parts``, float64), with each variant's roundings."""
+    if p.softcap is not None:
+        # The division and tanh each rounded once; tanh' = 1 - tanh^2 <= 1, so an error
+        # before the cap shrinks by it and never grows (a saturated logit forgets it).
+        slope2 = np.square(parts["cap_slope"])
+        dl = slope2 * (dl + 2 * u2 * sq(parts["scaled"])) \
+            + u2 * p.softcap ** 2 * (1 - parts["cap_slope"])  # tanh's rounding: u |cap tanh|
+    for added in parts["added"]:  # ALiBi's slope and product, or the table, rounded
+        dl = dl + 2 * u2 * sq(added)
+    if p.score_mod is not None:  # first order: the modifier's derivative, central difference
+        s = np.nan_to_num(parts["modded_from"], nan=0.0, posinf=0.0, neginf=0.0)
+        step = 1e-6 * np.maximum(1.0, np.abs(s))
+        index = score_mod_indices(s.shape, np.float64)
+        fn = p.score_mod.fn
+        slope = (fn(s + step, *index, np) - fn(s - step, *index, np)) / (2 * step)
+        dl = np.square(np.nan_to_num(slope)) * dl
+    return dl
+
+
 def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optional[str] = None
                  ) -> Tuple[np.ndarray, np.ndarray]:
     """The size of the error that rounding every stored intermediate to ``dtype`` once
@@ -319,12 +391,8 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     # a matmul's products: each rounded once (u), or its operands rounded to ``dots`` first
     ud2 = 2 * UNIT_ROUNDOFF[dots] ** 2 + u2 if dots else u2
     f = forward(p, EXACT, fully_masked)
-    B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+    B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
     w, x = f["w"], f["x"]
-
-    def sq(a: np.ndarray) -> np.ndarray:
-        """Squares, with NaN/inf (masked or padded entries, weighed 0 below) as 0."""
-        return np.square(np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=0.0, neginf=0.0))
 
     def proj_var(inp: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
         # each product x_i W_ij and the result rounded once: u^2 (x^2 @ W^2 + b^2)
@@ -333,23 +401,28 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
 
     dq = proj_var(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
     dk = proj_var(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-    dv = proj_var(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
-    dk, dv = np.repeat(dk, H // K, axis=1), np.repeat(dv, H // K, axis=1)  # (B, H, S, D)
+    dv = proj_var(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
+    dk, dv = np.repeat(dk, H // K, axis=1), np.repeat(dv, H // K, axis=1)  # (B, H, S, D|V)
     q2, k2, v2 = sq(f["q"]), sq(f["k"]), sq(f["v"])
     weights = np.nan_to_num(f["weights"])  # (B, H, L, S); the nan policy's rows count as 0
     w2 = np.square(weights)
     seen = weights > 0  # only keys a row weighs carry its error (masked logits are -inf)
     s2 = float(p.effective_scale) ** 2
     kt, dkt = k2.transpose(0, 1, 3, 2), dk.transpose(0, 1, 3, 2)  # (B, H, D, S)
-    dl = u2 * sq(f["logits"]) + s2 * (ud2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S)
+    dl = s2 * (ud2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S): the scaled q.k's
+    dl = u2 * sq(f["logits"]) + _through_variants(p, f["variants"], dl, u2)  # the logit's
     dl = np.where(seen, dl, 0.0)
-    heads = np.nan_to_num(f["heads"])  # (B, H, L, D)
-    vals = np.nan_to_num(f["v"])  # (B, H, S, D)
-    spread = np.square(vals[:, :, None, :, :] - heads[:, :, :, None, :])  # (v_j - h)^2 (B, H, L, S, D)
-    dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True)) + u2 * w2  # (B, H, L, S)
+    heads = np.nan_to_num(f["heads"])  # (B, H, L, V)
+    vals = np.nan_to_num(f["v"])  # (B, H, S, V)
+    spread = np.square(vals[:, :, None, :, :] - heads[:, :, :, None, :])  # (v_j - h)^2 (B, H, L, S, V)
+    # A sink is one more logit in the softmax (its own rounding, u |sink|), with value 0.
+    sink_var = 0.0 if p.sinks is None else (
+        np.square(np.nan_to_num(f["variants"]["sink_weight"]))
+        * u2 * np.square(p.sinks)[None, :, None, None])  # (B, H, L, 1)
+    dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True) + sink_var) + u2 * w2  # (B, H, L, S)
     dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
-          + ud2 * (w2 @ v2) + u2 * np.square(heads))  # (B, H, L, D)
-    dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
+          + ud2 * (w2 @ v2) + u2 * np.square(heads) + sink_var * np.square(heads))  # (B, H, L, V)
+    dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * V)  # (B, L, H*V)
     dout = (dcat @ sq(w["w_o"]) + ud2 * (sq(f["concat"]) @ sq(w["w_o"])) + u2 * sq(f["out"]))  # (B, L, E)
     # Each entry's error is a sum of many independent roundings (about Gaussian, std the
     # root sum of squares above); the largest of n such entries is about std *

@@ -18,9 +18,11 @@ A plugin that compiles (jax.jit, torch.compile) does so in ``prepare`` and store
 seconds in ``state.compile_s`` or ``state["compile_s"]``. ``synchronize`` receives only
 the state, so an asynchronous plugin keeps its last output in the state.
 
-Feature names (``features``): valid_lens, causal, causal_bottom_right, bool_mask,
-bias, cross (Lq != Lk), gqa (H_kv < H), scale (explicit scale), weights
-(returns attention weights), grad (gradients). A problem the plugin cannot express
+Feature names (``features``, meanings in ``FEATURE_MEANINGS``): valid_lens, causal,
+causal_bottom_right, bool_mask, bias, cross (Lq != Lk), gqa (H_kv < H), scale (explicit
+scale), weights (returns attention weights), grad (gradients), and the score variants
+(``VARIANT_FEATURES``, ``suite.variants``): softcap, alibi, rel_bias, score_mod, sinks,
+value_width. A problem the plugin cannot express
 although it declares the features (say, a head width its kernel lacks) is refused by
 raising ``Unsupported("why")`` in ``prepare``: the case is reported unsupported.
 
@@ -69,12 +71,37 @@ import numpy as np
 
 from suite.layouts import LAYOUTS
 from suite.problem import DTYPES, InputError, Problem
+from suite.variants import ScoreMod
 from suite.where import ANYWHERE, Where
 
-FEATURES = frozenset({
-    "valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias", "cross", "gqa",
-    "scale", "weights", "grad",
-})
+# What an implementation may declare it does (``features``); a problem needs those its
+# ``Problem.features()`` names, and a plugin that lacks one reports the case unsupported.
+FEATURE_MEANINGS: Dict[str, str] = {
+    "valid_lens": "key padding by lengths, (B,) or (B, Lq)",
+    "causal": "a causal mask aligned top-left (query i sees keys j <= i)",
+    "causal_bottom_right": "a causal mask aligned bottom-right (j <= i + Lk - Lq)",
+    "bool_mask": "a boolean mask broadcastable to (B, H, Lq, Lk), True = may attend",
+    "bias": "an additive float bias broadcastable to (B, H, Lq, Lk)",
+    "cross": "Lq != Lk",
+    "gqa": "fewer kv heads than query heads (GQA, MQA)",
+    "scale": "an explicit scale instead of 1/sqrt(D)",
+    "weights": "returns the attention weights (B, H, Lq, Lk)",
+    "grad": "returns gradients of every input and weight",
+    "softcap": "soft-capping: score -> cap * tanh(score / cap), after the scale, before "
+               "any bias",
+    "alibi": "ALiBi: per-head slopes times a position term (suite.variants."
+             "ALIBI_CONVENTIONS), top-left or bottom-right aligned",
+    "rel_bias": "a relative position bias: a per-head table read at the bucketed "
+                "query-key distance (T5's bucketing or a clipped distance)",
+    "score_mod": "applies the problem's score modifier fn(score, b, h, i, j, xp)",
+    "sinks": "one logit per head in the softmax's denominator that takes no value",
+    "value_width": "value heads of a width of their own (V != D)",
+}
+FEATURES = frozenset(FEATURE_MEANINGS)
+# The score variants (suite.variants): the built-ins that implement them declare them; a
+# subclass of one that replaces its attention core removes them.
+VARIANT_FEATURES = frozenset({"softcap", "alibi", "rel_bias", "score_mod", "sinks",
+                              "value_width"})
 
 # Behaviours a plugin may declare it differs on (keys of ``deviations``), and the policies
 # the suite can check for each: what the affected rows give instead of the spec's answer.
@@ -357,6 +384,11 @@ class Implementation:
     # FlexAttention: seconds to tens of seconds each on a CPU): the main job's sample
     # (suite.sample) gives it one case per family and fewer property-based examples.
     compiles_per_shape: ClassVar[bool] = False
+    # Score modifiers of the plugin's own (suite.variants.ScoreMod: a name, the NumPy
+    # function the oracle computes, a doc): the ``variants/own_score_mods`` case runs each one
+    # (the plugin declares "score_mod" and recognises its own by name), so a variant of its
+    # own needs no change to the suite.
+    score_mods: ClassVar[Tuple[ScoreMod, ...]] = ()
     # The case families this name runs (None: all). A built-in variant that differs from its
     # base in one code path names the families that path changes, which keeps the CI's cost
     # down; the other families are reported unsupported with the list.
@@ -529,14 +561,14 @@ def grouped_for(impl: Any, problem: Problem) -> Problem:
     order = query_head_order(impl, problem)
     if order is None:
         return problem
-    w, (E, H, D) = problem.weights, (problem.E, problem.H, problem.D)
+    w, (E, H, D, V) = problem.weights, (problem.E, problem.H, problem.D, problem.V)
 
     def heads_last(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
         return None if a is None else np.take(a.reshape(shape), order, axis=axis).reshape(a.shape)
 
     weights = dataclasses.replace(
         w, w_q=heads_last(w.w_q, (E, H, D), 1),  # (E, H*D) by head blocks
-        b_q=heads_last(w.b_q, (H, D), 0), w_o=heads_last(w.w_o, (H, D, E), 0))  # (H*D, E)
+        b_q=heads_last(w.b_q, (H, D), 0), w_o=heads_last(w.w_o, (H, V, E), 0))  # (H*V, E)
 
     def per_head(a: Optional[np.ndarray]) -> Optional[np.ndarray]:  # (..., H|1, L, S)
         return a if a is None or np.ndim(a) < 3 or np.shape(a)[-3] == 1 else \
@@ -544,13 +576,24 @@ def grouped_for(impl: Any, problem: Problem) -> Problem:
 
     mask = dataclasses.replace(problem.mask, allowed=per_head(problem.mask.allowed),
                                bias=per_head(problem.mask.bias))
-    return dataclasses.replace(problem, weights=weights, mask=mask)
+    if problem.score_mod is not None:  # its h is the canonical head: no reordering of a function
+        raise Unsupported("a score_mod reads the canonical head index; the plugin's library "
+                          "pairs heads otherwise (kv_grouping='interleaved')")
+    heads = {}  # per-head variant parameters, in the library's head order
+    if problem.alibi is not None:
+        heads["alibi"] = dataclasses.replace(problem.alibi, slopes=problem.alibi.slopes[order])
+    if problem.rel_bias is not None:
+        heads["rel_bias"] = dataclasses.replace(problem.rel_bias,
+                                                table=problem.rel_bias.table[order])
+    if problem.sinks is not None:
+        heads["sinks"] = problem.sinks[order]
+    return dataclasses.replace(problem, weights=weights, mask=mask, **heads)
 
 
 def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Result:
     """A result of the reordered problem (``grouped_for``) in the canonical head order:
     attention weights (B, H, L, S) and the gradients of W_q, b_q and W_o."""
-    E, H, D = problem.E, problem.H, problem.D
+    E, H, D, V = problem.E, problem.H, problem.D, problem.V
 
     def back(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
         if a is None or np.size(a) != np.prod(shape):  # a wrong shape is the judge's to see
@@ -568,7 +611,7 @@ def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Res
     if grads:
         grads = dict(grads)
         for name, shape, axis in (("w_q", (E, H, D), 1), ("b_q", (H, D), 0),
-                                  ("w_o", (H, D, E), 0)):
+                                  ("w_o", (H, V, E), 0)):
             if grads.get(name) is not None:
                 grads[name] = back(grads[name], shape, axis)
     return dataclasses.replace(result, attn_weights=weights, grads=grads)
@@ -598,6 +641,13 @@ def check_interface(cls: type) -> None:
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown features {sorted(unknown)}; "
                         f"known: {sorted(FEATURES)}")
+    mods = declared(cls, "score_mods")
+    if isinstance(mods, ScoreMod) or not all(isinstance(m, ScoreMod) for m in mods):
+        raise TypeError(f"{cls.__name__}.score_mods: expected a tuple of "
+                        f"suite.variants.ScoreMod, got {mods!r}")
+    if mods and "score_mod" not in set(declared(cls, "features")):
+        raise TypeError(f"{cls.__name__}.score_mods: declares score modifiers of its own but "
+                        f"not the feature 'score_mod' that runs them")
     families = declared(cls, "families")
     if families is not None and (isinstance(families, str)
                                  or not all(isinstance(f, str) for f in families)):

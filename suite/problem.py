@@ -2,12 +2,16 @@
 
 Letters used everywhere in the suite (einsum strings, shape comments):
   B batch, L query length (Lq), S key length (Lk), E model width,
-  H query heads, K kv heads (H_kv, GQA/MQA when K < H), D head width = E // H.
+  H query heads, K kv heads (H_kv, GQA/MQA when K < H), D head width = E // H,
+  V value head width (D_v: D unless the problem sets ``value_head_dim``).
 
 Weights use the right-multiply layout: ``Q = query @ W_q + b_q`` with
-``W_q (E, H*D)``, ``W_k, W_v (E, K*D)``, ``W_o (H*D, E)``; head i owns columns
-``[i*D, (i+1)*D)``, i.e. the reshape ``(B, L, H, D)``. Query head h reads kv head
-``h // (H // K)``.
+``W_q (E, H*D)``, ``W_k (E, K*D)``, ``W_v (E, K*V)``, ``W_o (H*V, E)``; head i owns
+columns ``[i*D, (i+1)*D)``, i.e. the reshape ``(B, L, H, D)`` (values: ``(B, S, K, V)``).
+Query head h reads kv head ``h // (H // K)``.
+
+Score variants (soft-capping, ALiBi, sinks, a relative position table, a score modifier)
+are optional fields, each declared by a feature: ``suite.variants``.
 
 Nothing here imports a framework: every array is a float64 NumPy array.
 """
@@ -19,6 +23,8 @@ import math
 from typing import Optional
 
 import numpy as np
+
+from suite.variants import ALIBI_CONVENTIONS, ALIGNS, BUCKETINGS, Alibi, RelBias, ScoreMod
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -47,11 +53,11 @@ class Weights:
 
     w_q: np.ndarray  # (E, H*D)
     w_k: np.ndarray  # (E, K*D)
-    w_v: np.ndarray  # (E, K*D)
-    w_o: np.ndarray  # (H*D, E)
+    w_v: np.ndarray  # (E, K*V)
+    w_o: np.ndarray  # (H*V, E)
     b_q: Optional[np.ndarray] = None  # (H*D,)
     b_k: Optional[np.ndarray] = None  # (K*D,)
-    b_v: Optional[np.ndarray] = None  # (K*D,)
+    b_v: Optional[np.ndarray] = None  # (K*V,)
     b_o: Optional[np.ndarray] = None  # (E,)
 
     def as_dict(self) -> dict:
@@ -116,7 +122,7 @@ class Mask:
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One MHA call: inputs, weights, mask, heads and scale (all float64)."""
+    """One MHA call: inputs, weights, mask, heads, scale and score variants (all float64)."""
 
     query: np.ndarray  # (B, L, E)
     key: np.ndarray  # (B, S, E)
@@ -127,6 +133,13 @@ class Problem:
     mask: Mask = dataclasses.field(default_factory=Mask)
     scale: Optional[float] = None  # None: 1/sqrt(D)
     grad_output: Optional[np.ndarray] = None  # (B, L, E) dL/d(out) for gradients; None: fixed
+    # Score variants (suite.variants), in the order the spec applies them; None: absent.
+    softcap: Optional[float] = None  # score -> softcap * tanh(score / softcap)
+    alibi: Optional[Alibi] = None  # per-head slopes times a position term
+    rel_bias: Optional[RelBias] = None  # per-head table at the bucketed distance
+    score_mod: Optional[ScoreMod] = None  # fn(score, b, h, i, j, xp), elementwise
+    sinks: Optional[np.ndarray] = None  # (H,) logits in the softmax's denominator, no value
+    value_head_dim: Optional[int] = None  # V, the value heads' width; None: D
 
     # Shape facts, derived from the arrays.
     @property
@@ -158,6 +171,11 @@ class Problem:
         return self.E // self.H
 
     @property
+    def V(self) -> int:
+        """The value heads' width (D unless ``value_head_dim`` sets another)."""
+        return self.D if self.value_head_dim is None else self.value_head_dim
+
+    @property
     def effective_scale(self) -> float:
         return 1.0 / math.sqrt(self.D) if self.scale is None else float(self.scale)
 
@@ -170,11 +188,23 @@ class Problem:
             out.add("cross")
         if self.scale is not None:
             out.add("scale")
+        for name in ("softcap", "alibi", "rel_bias", "score_mod", "sinks"):
+            if getattr(self, name) is not None:
+                out.add(name)
+        if self.V != self.D:
+            out.add("value_width")
         return frozenset(out)
+
+    def has_variants(self) -> bool:
+        """Whether any score variant or value width other than D is set."""
+        return any(getattr(self, n) is not None for n in VARIANT_FIELDS) or self.V != self.D
 
     def validate(self, finite: bool = True) -> Problem:
         validate(self, finite)
         return self
+
+
+VARIANT_FIELDS = ("softcap", "alibi", "rel_bias", "score_mod", "sinks")
 
 
 def validate(p: Problem, finite: bool = True) -> None:
@@ -200,12 +230,15 @@ def validate(p: Problem, finite: bool = True) -> None:
     H, K, D, S = p.H, p.K, p.D, p.S
     _expect(isinstance(K, (int, np.integer)) and 1 <= K <= H and H % K == 0, "num_kv_heads",
             f"a divisor of num_heads={H}", repr(p.num_kv_heads))
+    _expect(p.value_head_dim is None or (_is_int(p.value_head_dim) and p.value_head_dim >= 1),
+            "value_head_dim", "None or a positive int", repr(p.value_head_dim))
+    V = p.V
     for arr_name in ("query", "key", "value"):
         arr = getattr(p, arr_name)
         _expect(np.issubdtype(arr.dtype, np.floating), arr_name, "a float array", arr.dtype)
     w = p.weights
-    shapes = {"w_q": (E, H * D), "w_k": (E, K * D), "w_v": (E, K * D), "w_o": (H * D, E),
-              "b_q": (H * D,), "b_k": (K * D,), "b_v": (K * D,), "b_o": (E,)}
+    shapes = {"w_q": (E, H * D), "w_k": (E, K * D), "w_v": (E, K * V), "w_o": (H * V, E),
+              "b_q": (H * D,), "b_k": (K * D,), "b_v": (K * V,), "b_o": (E,)}
     for name, shape in shapes.items():
         arr = getattr(w, name)
         if arr is None:
@@ -249,8 +282,63 @@ def validate(p: Problem, finite: bool = True) -> None:
         if arr is not None:
             _expect(bool(np.isfinite(arr).all()), f"weights.{name}", "finite values",
                     "NaN or inf")
+    _validate_variants(p)
     if finite:
         _check_finite(p)
+
+
+def _per_head(arr: object, name: str, H: int, width: Optional[int] = None) -> None:
+    """``arr`` is a finite float array (H,) or (H, width >= 1)."""
+    shape = f"({H},)" if width is None else f"({H}, n_buckets)"
+    ok = isinstance(arr, np.ndarray) and np.issubdtype(arr.dtype, np.floating) and (
+        arr.shape == (H,) if width is None else (arr.ndim == 2 and arr.shape[0] == H))
+    _expect(ok, name, f"a float array of shape {shape}", f"{type(arr).__name__} "
+            f"{getattr(arr, 'dtype', '')} of shape {np.shape(arr)}")
+    _expect(bool(np.isfinite(arr).all()), name, "finite values", "NaN or inf")
+
+
+def _validate_variants(p: Problem) -> None:
+    """Each score variant, named in one line when it is malformed."""
+    H = p.H
+    if p.softcap is not None:
+        _expect(_is_real(p.softcap) and math.isfinite(p.softcap) and p.softcap > 0, "softcap",
+                "a finite positive float", repr(p.softcap))
+    if p.alibi is not None:
+        a = p.alibi
+        _expect(isinstance(a, Alibi), "alibi", "a suite.variants.Alibi", type(a).__name__)
+        _per_head(a.slopes, "alibi.slopes", H)
+        _expect(a.convention in ALIBI_CONVENTIONS, "alibi.convention",
+                f"one of {sorted(ALIBI_CONVENTIONS)}", repr(a.convention))
+        _expect(a.align in ALIGNS, "alibi.align", f"one of {list(ALIGNS)}", repr(a.align))
+    if p.rel_bias is not None:
+        rb = p.rel_bias
+        _expect(isinstance(rb, RelBias), "rel_bias", "a suite.variants.RelBias",
+                type(rb).__name__)
+        _per_head(rb.table, "rel_bias.table", H, width=1)
+        n = rb.table.shape[1]
+        _expect(rb.bucketing in BUCKETINGS, "rel_bias.bucketing", f"one of {sorted(BUCKETINGS)}",
+                repr(rb.bucketing))
+        _expect(isinstance(rb.bidirectional, (bool, np.bool_)), "rel_bias.bidirectional",
+                "True or False", repr(rb.bidirectional))
+        _expect(rb.align in ALIGNS, "rel_bias.align", f"one of {list(ALIGNS)}", repr(rb.align))
+        _expect(_is_int(rb.max_distance) and rb.max_distance >= 1, "rel_bias.max_distance",
+                "a positive int", repr(rb.max_distance))
+        if rb.bucketing == "clip":
+            want = 2 * rb.max_distance + 1 if rb.bidirectional else rb.max_distance + 1
+            _expect(n == want, "rel_bias.table", f"{want} buckets for clip at max_distance="
+                    f"{rb.max_distance}", f"{n}")
+        else:  # T5: exact buckets below max_exact, log-spaced ones from there to max_distance
+            exact = (n // 2 if rb.bidirectional else n) // 2
+            _expect(exact >= 1 and rb.max_distance > exact, "rel_bias",
+                    f"t5 buckets with max_distance > {exact} (half the "
+                    f"{'per-direction ' if rb.bidirectional else ''}buckets)",
+                    f"n_buckets={n}, max_distance={rb.max_distance}")
+    if p.score_mod is not None:
+        m = p.score_mod
+        _expect(isinstance(m, ScoreMod) and isinstance(m.name, str) and m.name
+                and callable(m.fn), "score_mod", "a suite.variants.ScoreMod(name, fn)", repr(m))
+    if p.sinks is not None:
+        _per_head(p.sinks, "sinks", H)
 
 
 def _check_finite(p: Problem) -> None:
@@ -271,9 +359,12 @@ def _check_finite(p: Problem) -> None:
                              f"position {j} (only positions padded out by valid_lens may be)")
 
 
-def random_weights(rng: np.random.Generator, E: int, H: int, K: int, bias: bool = True) -> Weights:
-    """Weights scaled 1/sqrt(fan_in) so logits stay O(1)."""
+def random_weights(rng: np.random.Generator, E: int, H: int, K: int, bias: bool = True,
+                   V: Optional[int] = None) -> Weights:
+    """Weights scaled 1/sqrt(fan_in) so logits stay O(1); ``V``: the value heads' width
+    (None: D)."""
     D = E // H
+    V = D if V is None else V
 
     def w(rows: int, cols: int) -> np.ndarray:
         return rng.standard_normal((rows, cols)) / math.sqrt(rows)
@@ -281,15 +372,17 @@ def random_weights(rng: np.random.Generator, E: int, H: int, K: int, bias: bool 
     def b(n: int) -> Optional[np.ndarray]:
         return 0.1 * rng.standard_normal(n) if bias else None
 
-    return Weights(w(E, H * D), w(E, K * D), w(E, K * D), w(H * D, E),
-                   b(H * D), b(K * D), b(K * D), b(E))
+    return Weights(w(E, H * D), w(E, K * D), w(E, K * V), w(H * V, E),
+                   b(H * D), b(K * D), b(K * V), b(E))
 
 
 def make_problem(seed: int, B: int = 2, L: int = 8, S: Optional[int] = None, E: int = 16,
                  H: int = 2, K: Optional[int] = None, *, self_attention: bool = False,
                  mask: Optional[Mask] = None, scale: Optional[float] = None,
-                 bias: bool = True, input_scale: float = 1.0) -> Problem:
-    """A seeded random problem; the same arguments always give the same arrays."""
+                 bias: bool = True, input_scale: float = 1.0,
+                 value_head_dim: Optional[int] = None) -> Problem:
+    """A seeded random problem; the same arguments always give the same arrays
+    (``value_head_dim``: value heads of their own width; None draws what it always drew)."""
     sizes = {"B": B, "L": L, "E": E, "H": H, **({"S": S} if S is not None else {}),
              **({"K": K} if K is not None else {})}
     for name, value in sizes.items():
@@ -310,9 +403,13 @@ def make_problem(seed: int, B: int = 2, L: int = 8, S: Optional[int] = None, E: 
     else:
         key = input_scale * rng.standard_normal((B, S, E))
         value = rng.standard_normal((B, S, E))
-    weights = random_weights(rng, E, H, K, bias=bias) if E % H == 0 else random_weights(
-        rng, E, 1, 1, bias=bias)
-    return Problem(query, key, value, weights, H, K, mask or Mask(), scale)
+    if value_head_dim is not None:
+        _expect(_is_int(value_head_dim) and value_head_dim >= 1, "value_head_dim",
+                "a positive int", repr(value_head_dim))
+    weights = random_weights(rng, E, H, K, bias=bias, V=value_head_dim) if E % H == 0 else \
+        random_weights(rng, E, 1, 1, bias=bias)
+    return Problem(query, key, value, weights, H, K, mask or Mask(), scale,
+                   value_head_dim=value_head_dim)
 
 
 GRAD_NAMES = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")

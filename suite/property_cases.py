@@ -18,7 +18,7 @@ from suite import oracle
 from suite.agreement import ATOL, K_GRAD, compare, max_abs_err
 from suite.cases import Case, case
 from suite.check import Outcome, attempt, implementation_isa
-from suite.oracle_grad import grads, naive_grads
+from suite.oracle_grad import differentiable, grads, naive_grads
 from suite.plugin import (
     Deviation,
     Implementation,
@@ -28,6 +28,7 @@ from suite.plugin import (
     without_projection_biases,
 )
 from suite.problem import Mask, Problem, cotangent, make_problem
+from suite.variants import Alibi, RelBias, alibi_slopes
 
 CASES: List[Case] = []
 
@@ -169,6 +170,9 @@ def _reference(impl: Implementation, p: Problem, dtype: str, dots: Optional[str]
 
 
 def _judge_gradient(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
+    why = differentiable(p)
+    if why:  # no reference to judge against: unsupported, never a verdict on a wrong one
+        return out.classify("unsupported", why)
     res, refused = attempt(impl, [p], out.device, out.dtype, grad=True)
     if refused:
         return out.classify(*refused)
@@ -202,13 +206,17 @@ def _judge_gradient(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
 
 
 def _gradient_case(name: str, doc: str, square: Optional[int] = None, **kw) -> None:
-    """``square``: the self-attention form's length where the problem is not square."""
+    """``square``: the self-attention form's length where the problem is not square;
+    ``variants``: seed -> the score variants (Problem fields, suite.variants) to set."""
     def build(seed: int, square: Optional[int] = None) -> Problem:
-        mask = kw.get("mask")
+        mask, variants = kw.get("mask"), kw.get("variants")
         B, L, S, *rest = kw["shape"]
         L, S = (L, S) if square is None else (square, square)
-        return make_problem(seed, B, L, S, *rest, bias=kw.get("bias", True),
-                            mask=mask(seed) if mask else None, self_attention=square is not None)
+        p = make_problem(seed, B, L, S, *rest, bias=kw.get("bias", True),
+                         mask=mask(seed) if mask else None, self_attention=square is not None,
+                         value_head_dim=kw.get("value_head_dim"),
+                         input_scale=kw.get("input_scale", 1.0))
+        return dataclasses.replace(p, **variants(seed)) if variants else p
     build.__doc__ = doc
     case("gradients", name, judge=_judge_gradient, into=CASES, square=square)(build)
 
@@ -221,6 +229,19 @@ _gradient_case("masked", "valid_lens and causal.", shape=(2, 7, 7, 16, 2),
 _gradient_case("gqa", "GQA: H = 4 query heads share K = 2 kv heads.", shape=(2, 6, 6, 32, 4, 2))
 _gradient_case("bias", "An additive (1, H, Lq, Lk) bias.", shape=(2, 6, 6, 16, 2),
                mask=lambda s: Mask(bias=np.random.default_rng(s).standard_normal((1, 2, 6, 6))))
+_gradient_case("softcap_alibi", "Soft-capping (cap 2, inputs x2: the bend of tanh) and ALiBi "
+               "(-slope |i - j|), causal.", shape=(2, 7, 7, 16, 2),
+               mask=lambda s: Mask(causal=True), input_scale=2.0,
+               variants=lambda s: {"softcap": 2.0,
+                                   "alibi": Alibi(alibi_slopes(2), "distance")})
+_gradient_case("sinks_rel_value_width", "Sinks, a clipped relative table (max_distance 3), "
+               "value heads of width 8 over key width 4, GQA (H = 4, K = 2), key padding.",
+               shape=(2, 6, 9, 16, 4, 2), value_head_dim=8,
+               mask=lambda s: Mask(valid_lens=np.array([9, 4])),
+               variants=lambda s: {
+                   "sinks": np.random.default_rng(s).standard_normal(4),
+                   "rel_bias": RelBias(np.random.default_rng(s + 1).standard_normal((4, 7)),
+                                       "clip", True, 3)})
 
 CAUSAL_ROWS = 4  # dL/d(out) is zero on rows >= 4 of the causality case
 

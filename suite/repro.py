@@ -32,6 +32,7 @@ import numpy as np
 from suite import catalog, measure, oracle
 from suite.plugin import Unsupported, declared, expressible
 from suite.problem import Mask, Problem, Weights
+from suite.variants import SCORE_MODS, Alibi, RelBias, named_score_mod
 
 CASE_ID = re.compile(r"^(?:(?P<test>test_[a-z_]+)\[)?(?P<impl>.+?)-"
                      r"(?P<device>cpu(?:-interpret)?|cuda(?::\d+)?)-"
@@ -156,9 +157,18 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
     arrays.update({k: v for k, v in p.weights.as_dict().items() if v is not None})
     for name, value in (("num_kv_heads", p.num_kv_heads), ("scale", p.scale),
                         ("grad_output", p.grad_output), ("valid_lens", p.mask.valid_lens),
-                        ("allowed", p.mask.allowed), ("bias", p.mask.bias)):
+                        ("allowed", p.mask.allowed), ("bias", p.mask.bias),
+                        ("softcap", p.softcap), ("sinks", p.sinks),
+                        ("value_head_dim", p.value_head_dim)):
         if value is not None:
             arrays[name] = value
+    # the score variants' parameters, each under its field's name and a dot
+    for prefix, variant in (("alibi", p.alibi), ("rel_bias", p.rel_bias)):
+        if variant is not None:
+            arrays.update({f"{prefix}.{f.name}": getattr(variant, f.name)
+                           for f in dataclasses.fields(variant)})
+    if p.score_mod is not None:  # a function: saved by name (the suite's examples load back)
+        arrays["score_mod.name"] = p.score_mod.name
     np.savez(path, **arrays, **extra)
 
 
@@ -179,7 +189,31 @@ def load_problem(path: Path) -> Tuple[Problem, Dict[str, np.ndarray]]:
     p = Problem(query, key, value, weights, int(d.pop("num_heads")),
                 None if kv is None else int(kv), mask, None if scale is None else float(scale),
                 d.pop("grad_output", None))
-    return p, d
+    return _load_variants(p, d), d
+
+
+def _load_variants(p: Problem, d: Dict[str, np.ndarray]) -> Problem:
+    """``p`` with the score variants ``save_problem`` wrote (popped from ``d``)."""
+    found: Dict[str, Any] = {}
+    for name, kind in (("softcap", float), ("value_head_dim", int)):
+        if name in d:
+            found[name] = kind(d.pop(name))
+    if "sinks" in d:
+        found["sinks"] = d.pop("sinks")
+    for prefix, cls in (("alibi", Alibi), ("rel_bias", RelBias)):
+        if f"{prefix}.{dataclasses.fields(cls)[0].name}" not in d:
+            continue
+        values = {f.name: d.pop(f"{prefix}.{f.name}") for f in dataclasses.fields(cls)}
+        found[prefix] = cls(**{n: v if v.ndim else v.item() for n, v in values.items()})
+    if "score_mod.name" in d:
+        name = str(d.pop("score_mod.name"))
+        mod = named_score_mod(name)
+        if mod is None:
+            raise ReproError(f"score_mod: {name!r} is not one of the suite's examples "
+                             f"({', '.join(sorted(SCORE_MODS))}); a plugin's own modifier "
+                             "is not saved with the problem, replay its case instead")
+        found["score_mod"] = mod
+    return dataclasses.replace(p, **found) if found else p
 
 
 def load_plugin(name: str, plugins: Sequence[str] = ()) -> Any:
@@ -254,7 +288,8 @@ def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> Li
     script.write_text(REPLAY.format(impl=impl.name, plugins=_plugin_specs(plugins), **{
         k: parts[k] for k in ("device", "dtype", "family", "case")}))
     written = [script, saved]
-    if declared(impl, "repro_code") and case.judge is None:
+    # the standalone attend(q, k, v, allowed, bias, scale) has no score variants
+    if declared(impl, "repro_code") and case.judge is None and not problem.has_variants():
         written[1:1] = _write_standalone(impl, problem, parts, out)
     return written
 

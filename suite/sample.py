@@ -39,6 +39,11 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # one shape per batch item: 90 s on torch.flex, cold)
     "properties": ("repeatable", "batch_equals_items", "weights_are_distributions"),
     "gradients": ("plain", "masked", "causality"),
+    # every score variant at once (cap, ALiBi bottom-right, T5 table, sinks, value width,
+    # GQA, a batch item with no key); an infinite score the cap must make finite; ALiBi's
+    # distance measured bottom-right; rows with no key beside a sink
+    "variants": ("combined", "softcap_inf_score", "alibi_distance_bottom_right",
+                 "sinks_fully_masked"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once

@@ -16,9 +16,10 @@ from suite.oracle_grad import grads as oracle_grads
 from suite.plugin import Unsupported
 from suite.problem import GRAD_NAMES, Mask, cotangent, make_problem
 
-# Masks only: the special values family's NaN/inf inputs are about arithmetic, not splitting.
+# Masks only: the special values family's NaN/inf inputs are about arithmetic, not splitting,
+# and the variants family's score variants are not the mask's (suite.variants).
 MASK_CASES = [c for c in cases.CASES if not c.problem().mask.is_empty()
-              and c.family != "special_values"]
+              and c.family not in ("special_values", "variants")]
 SPLITS = list(itertools.product(("attend", "masked"), (True, False),
                                 ((), ("top_left",), ("bottom_right",),
                                  ("top_left", "bottom_right")), (True, False)))

@@ -8,7 +8,7 @@ import pytest
 
 from docs_tools import pages
 from suite import catalog, registry
-from suite.plugin import MASK_FORMS, POLICIES, Deviation
+from suite.plugin import FEATURE_MEANINGS, MASK_FORMS, POLICIES, Deviation
 
 
 def _numpy_entries():
@@ -46,6 +46,8 @@ def test_every_vocabulary_case_and_command_is_on_its_page():
     assert all(f"| `{form}` |" in forms for form in MASK_FORMS)
     assert all(f"| `{b}` | `{p}` |" in policies for b, ps in POLICIES.items() for p in ps)
     assert all(f"| `{c.name}` | {c.seed} |" in cases for c in catalog.ALL)
+    features = pages.features_page()
+    assert all(f"| `{f}` |" in features for f in FEATURE_MEANINGS)
     cli_page = pages.cli_page()
     for command in ("list", "check", "sweep", "report", "run", "repro"):
         assert f"## mha-suite {command}\n" in cli_page, command

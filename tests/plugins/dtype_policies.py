@@ -5,13 +5,14 @@ float16 the fill overflows to -inf (a row of -inf: NaN). Declared per dtype, and
 import numpy as np
 
 from implementations.numpy_mha import NumpyMHA
-from suite.plugin import Deviation
+from suite.plugin import VARIANT_FEATURES, Deviation
 
 MEAN = Deviation("mean_values", "planted: the -1e30 fill makes a dead row's logits equal")
 NAN = Deviation("nan", "planted: the -1e30 fill overflows to -inf in float16")
 
 
 class _MaskFill(NumpyMHA):
+    features = NumpyMHA.features - VARIANT_FEATURES  # its own core: no score variants
     def attend(self, q, k, v, mask, scale, need_weights):
         with np.errstate(over="ignore", invalid="ignore"):
             fill = np.array(-1e30).astype(q.dtype)  # float16: -inf

@@ -2,10 +2,12 @@
 
 
 from implementations.numpy_mha import NumpyMHA
+from suite.plugin import VARIANT_FEATURES
 
 
 class WrongHeadOrder(NumpyMHA):
     name = "bug.head_order"
+    features = NumpyMHA.features - VARIANT_FEATURES  # its own core: no score variants
 
     def run(self, s):
         p, w = s["p"], s["w"]

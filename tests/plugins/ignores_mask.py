@@ -8,4 +8,4 @@ class IgnoresMask(NumpyMHA):
     name = "bug.ignores_mask"
 
     def attend(self, q, k, v, mask, scale, need_weights):
-        return super().attend(q, k, v, AttendMask(), scale, need_weights)
+        return super().attend(q, k, v, AttendMask(variants=mask.variants), scale, need_weights)

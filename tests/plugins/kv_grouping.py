@@ -14,17 +14,17 @@ class Interleaved(NumpyMHA):
 
     def run(self, s):
         p, w = s["p"], s["w"]
-        B, L, S, H, K, D = p.B, p.L, p.S, p.H, p.K, p.D
+        B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
 
-        def heads(x, n, h):  # (B, n, h*D) -> (B, h, n, D)
-            return x.reshape(B, n, h, D).transpose(0, 2, 1, 3)
+        def heads(x, n, h, width):  # (B, n, h*width) -> (B, h, n, width)
+            return x.reshape(B, n, h, width).transpose(0, 2, 1, 3)
 
-        q = heads(s["query"] @ w["w_q"] + (0 if w["b_q"] is None else w["b_q"]), L, H)
-        k = heads(s["key"] @ w["w_k"] + (0 if w["b_k"] is None else w["b_k"]), S, K)
-        v = heads(s["value"] @ w["w_v"] + (0 if w["b_v"] is None else w["b_v"]), S, K)
+        q = heads(s["query"] @ w["w_q"] + (0 if w["b_q"] is None else w["b_q"]), L, H, D)
+        k = heads(s["key"] @ w["w_k"] + (0 if w["b_k"] is None else w["b_k"]), S, K, D)
+        v = heads(s["value"] @ w["w_v"] + (0 if w["b_v"] is None else w["b_v"]), S, K, V)
         k, v = np.tile(k, (1, H // K, 1, 1)), np.tile(v, (1, H // K, 1, 1))  # h reads h % K
         out, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
-        out = out.transpose(0, 2, 1, 3).reshape(B, L, H * D) @ w["w_o"]  # (B, L, E)
+        out = out.transpose(0, 2, 1, 3).reshape(B, L, H * V) @ w["w_o"]  # (B, L, E)
         return (out if w["b_o"] is None else out + w["b_o"]), weights
 
 

@@ -4,7 +4,7 @@ them (the same NumPy algorithm in each)."""
 import numpy as np
 
 from implementations.numpy_mha import NumpyMHA
-from suite.plugin import Contract
+from suite.plugin import VARIANT_FEATURES, Contract
 
 
 class HalfSoftmax(NumpyMHA):
@@ -12,6 +12,7 @@ class HalfSoftmax(NumpyMHA):
     rounded to float16 once."""
 
     name = "ok.fp32_softmax"
+    features = NumpyMHA.features - VARIANT_FEATURES  # its own core: no score variants
     fp32_softmax = True
     honours_option = True
     contracts = (Contract("fp32_softmax", "closer_to_oracle", {"fp32_softmax": False},

@@ -10,7 +10,7 @@ import numpy as np
 from implementations.numpy_mha import NumpyMHA
 from suite.adapters import AttendMask
 from suite.oracle import round_to
-from suite.plugin import Deviation
+from suite.plugin import VARIANT_FEATURES, Deviation
 
 TF32 = Deviation("tf32", "float32 products take TF32 operands (emulated in NumPy)")
 
@@ -23,6 +23,7 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class Tf32Undeclared(NumpyMHA):
     name = "tf32.undeclared"
+    features = NumpyMHA.features - VARIANT_FEATURES  # its own core: no score variants
 
     def dtypes(self, device: str):
         return ("float32",)

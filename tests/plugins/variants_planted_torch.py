@@ -1,0 +1,47 @@
+"""Planted bugs in the score variants on torch: torch.eager with one variant wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from implementations.torch_eager import TorchEager
+
+
+def _with(mask, **changes):
+    """``mask`` (an AttendMask of tensors) with its score variants changed."""
+    return mask.replace(variants=dataclasses.replace(mask.variants, **changes))
+
+
+class TorchDropsCap(TorchEager):
+    """Soft-capping declared and forgotten."""
+
+    name = "bug.torch_drops_cap"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.variants is not None:
+            mask = _with(mask, softcap=None)
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class TorchSlopesReversed(TorchEager):
+    """ALiBi's slopes in the reverse head order."""
+
+    name = "bug.torch_alibi_reversed"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        alibi = None if mask.variants is None else mask.variants.alibi
+        if alibi is not None:
+            mask = _with(mask, alibi=dataclasses.replace(alibi, slopes=alibi.slopes.flip(0)))
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class TorchAlibiTopLeft(TorchEager):
+    """ALiBi's distance measured from the top-left where the problem aligns it bottom-right."""
+
+    name = "bug.torch_alibi_top_left"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        alibi = None if mask.variants is None else mask.variants.alibi
+        if alibi is not None:
+            mask = _with(mask, alibi=dataclasses.replace(alibi, align="top_left"))
+        return super().attend(q, k, v, mask, scale, need_weights)
