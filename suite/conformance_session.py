@@ -329,9 +329,15 @@ class ConformanceSession:
                "nowhere it was needed: narrow or remove the entry)"
                for pattern, test in sorted(self.passed.items()) if pattern not in self.needed
                and not getattr(self.conditions.get(pattern), "intermittent", False)]
-        out += [line.replace("warning: ", "error: ", 1)
-                for line in stale_known_lines(self.records)]
+        if not self.narrowed():  # a narrowed run may leave out the cases that show one
+            out += [line.replace("warning: ", "error: ", 1)
+                    for line in stale_known_lines(self.records)]
         return out
+
+    def narrowed(self) -> bool:
+        """True for a run narrowed by -k, --impl, --device or --dtype."""
+        return bool(self.config.option.keyword or any(
+            self.config.getoption(o) for o in ("--impl", "--device", "--dtype")))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """--strict-declarations: a stale or wrong declaration fails the run (exit 1)."""
@@ -351,8 +357,7 @@ class ConformanceSession:
         from suite.conformance.summary import matrix_lines, stale_known_lines, stale_lines
 
         unused = set(self.known) - self.used
-        filtered = config.option.keyword or any(
-            config.getoption(o) for o in ("--impl", "--device", "--dtype"))
+        filtered = self.narrowed()
         from suite.where import device_kind
 
         devices = {device_kind(str(t[1])) for t in self.targets()}
