@@ -16,8 +16,14 @@ import pytest
 from suite import catalog
 from suite.cases import Case
 from suite.check import FAILED, Outcome, error_text, implementation_isa, merge_repeats
-from suite.conformance_session import (KNOWN_KEY, NEEDED_KEY, PASSED_KEY, RECORD_KEY,
-                                       ConformanceSession, family)
+from suite.conformance_session import (
+    KNOWN_KEY,
+    NEEDED_KEY,
+    PASSED_KEY,
+    RECORD_KEY,
+    ConformanceSession,
+    family,
+)
 from suite.plugin import Implementation, declared
 from suite.timeouts import timed_out
 
