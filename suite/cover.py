@@ -14,13 +14,14 @@ and every run):
    two SIMD vectors meets each implementation once (a per-shape compiler or an interpreted
    kernel: the sample's three, under one vector, past one and past two AVX2 vectors);
 3. every known-failure entry (``known_failures.txt`` and ``--known-failures``) at least
-   ``PER_ENTRY`` of the cases it names (those already in the sample first, then by test id),
+   ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
    so an entry that no longer holds fails the run under ``--strict-declarations``.
 
 Known library behaviours (``suite.known``) follow conditions, not ids: the sample's lanes
 and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
-and was never needed. Property-based cases run the sample's number of examples
-(derandomised, the smallest shapes first: the entries on one-element problems still show).
+and was never needed. Property-based cases run the sample's number of examples, one for a
+per-shape compiler or an interpreted kernel (derandomised, the smallest shapes first: the
+entries on one-element problems still show).
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ import fnmatch
 from typing import Dict, Iterable, List, NamedTuple, Sequence
 
 from suite.sample import SAMPLE, compiles_per_shape, counted, sampled
+from suite.sample import examples as sample_examples
 
-PER_ENTRY = 2  # cases kept per known-failure entry (one may be unsupported by its impl)
+PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
+# Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
+# (a compile each, in each of its dtypes; the derandomised first draw is the smallest shape).
+COVER_EXAMPLES_COMPILED = 1
 
 
 class Item(NamedTuple):
@@ -98,3 +103,10 @@ def left_counts(items: Sequence[Item], keep: Sequence[bool]) -> Dict[str, Dict[s
             fams = left.setdefault(it.impl_name, {})
             fams[it.family] = fams.get(it.family, 0) + 1
     return left
+
+
+def examples(impl: object, device: str, full: int) -> int:
+    """Property-based examples for ``impl`` in CI's selection (at most ``full``)."""
+    if compiles_per_shape(impl, device):
+        return min(full, COVER_EXAMPLES_COMPILED)
+    return sample_examples(impl, device, full)

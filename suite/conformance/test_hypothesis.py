@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
+from suite import cover  # noqa: E402
 from suite.check import FAILED, Outcome, run_problem  # noqa: E402
 from suite.plugin import declared, interpreted  # noqa: E402
 from suite.problem import Mask, make_problem  # noqa: E402
@@ -78,8 +79,10 @@ def test_random_shapes(target, conform, request, listed_known_failure):
     if n is None:  # the default: bounded where each new shape costs seconds
         n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
             if declared(target[0].impl, "compiles_per_shape") else EXAMPLES
-        if request.config.getoption("--sample") or request.config.getoption("--cover"):
-            n = examples(target[0].impl, target[1], n)  # the main job's and CI's: fewer still
+        if request.config.getoption("--sample"):  # the main job's sample: fewer still
+            n = examples(target[0].impl, target[1], n)
+        elif request.config.getoption("--cover"):  # CI's: fewer, one for a per-shape compiler
+            n = cover.examples(target[0].impl, target[1], n)
     # A listed known failure runs to show it still fails: its first failing example says so,
     # and its reproducer is already written, so Hypothesis does not shrink it (on a plugin
     # that compiles each new shape, shrinking alone took 300 s, Hypothesis's own limit).
