@@ -84,8 +84,9 @@ class Where:
     cpu: Optional[FrozenSet[str]] = None
     when: Optional[Callable[..., bool]] = dataclasses.field(default=None, compare=False)
     when_text: str = ""
-    # The behaviour shows in some processes and not in others where the rest holds (a
-    # compiler's nondeterminism): a run where it held and never showed is not stale.
+    # The behaviour shows in some processes or on some machines and not on others where the
+    # rest holds, for a reason not pinned down (a compiler's nondeterminism, code generated
+    # for the host's vector ISA): a run where it held and never showed is not stale.
     intermittent: bool = False
 
     def __post_init__(self) -> None:
