@@ -76,15 +76,35 @@ def test_expressible_gives_a_self_plugin_one_input():
     assert expressible(one, q) is q
 
 
-def test_shared_kv_plugins_get_problems_they_can_express(cli, tmp_path):
+@pytest.fixture(scope="module")
+def kv_check(tmp_path_factory):
+    """One ``mha-suite check`` of the key/value plugins, for two tests: kv_source.py's on
+    every float32 case, kv_grouping.py's interleaved and undeclared libraries on the float64
+    Hypothesis family (each selection qualified by the names it is for). Every check lists
+    every built-in in its results file, seconds of imports: one process, not two."""
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("kv")
+    seen, out = tmp / "seen.txt", tmp / "c.json"
+    own = ("((kv. or bug.ignores_value) and cpu-float32) or "
+           "(grouping. and cpu-float64 and hypothesis)")
+    proc = run_cli("check", "--plugin", str(PLUGINS / "kv_source.py"), "--impl", "kv.*",
+                   "--impl", "bug.ignores_value", "--plugin", str(PLUGINS / "kv_grouping.py"),
+                   "--impl", "grouping.interleaved", "--impl", "grouping.undeclared",
+                   "--dtype", "float32", "--dtype", "float64", "--workers", "0", "-k", own,
+                   "--json", str(out), "--no-progress",
+                   env={"MHA_SUITE_TEST_KV_SEEN": str(seen)})
+    records = json.loads(out.read_text())["results"] if out.exists() else []
+    return proc, records, seen
+
+
+def test_shared_kv_plugins_get_problems_they_can_express(kv_check):
     """kv.shared reads only ``key``: given value = key everywhere it passes, and the case
     about key != value is unsupported for it. bug.ignores_value does the same without
     declaring it: the suite must still give it key != value, so it fails."""
-    seen, out = tmp_path / "seen.txt", tmp_path / "c.json"
-    proc = cli("check", "--plugin", str(PLUGINS / "kv_source.py"), "--impl", "kv.*",
-               "--impl", "bug.ignores_value", "--dtype", "float32", "--workers", "0",
-               "--json", str(out), env={"MHA_SUITE_TEST_KV_SEEN": str(seen)})
-    records = json.loads(out.read_text())["results"]
+    proc, records, seen = kv_check
+    records = [r for r in records if r["impl"].startswith(("kv.", "bug.ignores_value"))]
+    assert records and {r["dtype"] for r in records} == {"float32"}, proc.stdout[-3000:]
     by = {(r["impl"], r["family"], r["case"]): r for r in records}
     for impl in ("kv.shared", "kv.shared_grad"):
         mine = {k: r for k, r in by.items() if k[0] == impl}
@@ -290,15 +310,14 @@ def test_kv_grouping_is_checked_at_load():
         check_interface(Typo)
 
 
-def test_the_hypothesis_family_catches_a_wrong_grouping(cli, tmp_path):
+def test_the_hypothesis_family_catches_a_wrong_grouping(kv_check):
     """Its draws alone passed the undeclared interleaved library (25 derandomised examples
     never paired heads differently); its GQA example fails it and passes the declared one."""
-    out = tmp_path / "c.json"
-    proc = cli("check", "--plugin", str(PLUGINS / "kv_grouping.py"), "--impl",
-               "grouping.interleaved", "--impl", "grouping.undeclared", "--dtype", "float64",
-               "--workers", "0", "-k", "hypothesis", "--json", str(out), "--no-progress")
+    proc, records, _ = kv_check
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
-    outcomes = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    mine = [r for r in records if r["impl"].startswith("grouping.")]
+    assert {(r["family"], r["dtype"]) for r in mine} == {("hypothesis", "float64")}, mine
+    outcomes = {r["impl"]: r for r in mine}
     assert outcomes["grouping.interleaved"]["outcome"] == "pass"
     assert outcomes["grouping.undeclared"]["outcome"] == "fail"
     assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]

@@ -19,11 +19,25 @@ TINY = ["--preset", "ci", "--lengths", "16,32,64", "--heads", "1", "--mask", "no
         "--head-dim", "8", "--max-time", "0.01", "--min-rounds", "2"]
 
 
-def _sweep(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _sweep(tmp_path, *args: str, env=None) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "--out", str(tmp_path),
-                           *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=env)
     path = tmp_path / "sweep-ci.json"
     return proc, (json.loads(path.read_text()) if path.exists() else {})
+
+
+@pytest.fixture(scope="module")
+def numpy_sweep(tmp_path_factory):
+    """``sweep TINY --impl numpy``, run once for the tests that read its file (each test that
+    writes into the folder copies the file first). Launched as from a pytest-xdist worker, as
+    every sweep of ``pytest -n`` is: those variables must not switch pytest-benchmark off."""
+    import os
+
+    out = tmp_path_factory.mktemp("numpy_sweep")
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
+    proc, doc = _sweep(out, *TINY, "--impl", "numpy", env=env)
+    return out, proc, doc
 
 
 def _medians(doc: dict) -> dict:
@@ -40,23 +54,18 @@ def test_barrier_is_inside_the_timed_region(tmp_path):
     assert medians["async.no_barrier"] < 0.01  # the control: without it, only the launch
 
 
-def test_a_sweep_launched_from_an_xdist_worker_is_timed(tmp_path):
+def test_a_sweep_launched_from_an_xdist_worker_is_timed(numpy_sweep):
     """pytest-xdist's variables, inherited from the pytest run that launched the sweep, must
     not switch pytest-benchmark off (every point would have no timing)."""
-    import os
-
-    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
-    proc = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "--out", str(tmp_path),
-                           *TINY, "--impl", "numpy"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=env)
+    out, proc, _ = numpy_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
-    doc = json.loads((tmp_path / "sweep-ci.json").read_text())
+    doc = json.loads((out / "sweep-ci.json").read_text())
     assert len(doc["benchmarks"]) == 3
     assert all(b["stats"]["median"] > 0 for b in doc["benchmarks"])
 
 
-def test_points_record_flops_and_memory(tmp_path):
-    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+def test_points_record_flops_and_memory(numpy_sweep):
+    _, proc, doc = numpy_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(doc["benchmarks"]) == 3
     for b in doc["benchmarks"]:
@@ -88,10 +97,17 @@ def test_interrupted_sweep_keeps_points_and_resumes(tmp_path):
             assert b["stats"] == before[key]  # finished points were not re-measured
 
 
-def test_unsupported_and_budget_points_are_recorded(tmp_path):
-    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "64", "--heads", "2", "--kv-heads", "1",
-                       "--mask", "none", "--impl", "torch.nn", "--impl", "numpy",
-                       "--memory-budget", "0.000001", "--max-time", "0.01")
+@pytest.fixture(scope="module")
+def budget_sweep(tmp_path_factory):
+    """A sweep whose only points are unsupported (torch.nn: no GQA) or over the memory budget
+    (numpy): for the record and for the console."""
+    return _sweep(tmp_path_factory.mktemp("budget"), *TINY[:2], "--lengths", "64", "--heads",
+                  "2", "--kv-heads", "1", "--mask", "none", "--impl", "torch.nn", "--impl",
+                  "numpy", "--memory-budget", "0.000001", "--max-time", "0.01")
+
+
+def test_unsupported_and_budget_points_are_recorded(budget_sweep):
+    proc, doc = budget_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
     status = {(x["impl"], x["status"]) for x in doc["mha_suite_not_measured"]}
     assert ("torch.nn", "unsupported") in status  # no GQA
@@ -99,11 +115,11 @@ def test_unsupported_and_budget_points_are_recorded(tmp_path):
     assert not doc["benchmarks"]
 
 
-def test_results_are_readable_by_pytest_benchmark_compare(tmp_path):
-    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+def test_results_are_readable_by_pytest_benchmark_compare(numpy_sweep):
+    out, proc, doc = numpy_sweep
     assert proc.returncode == 0
     tool = Path(sys.executable).parent / "pytest-benchmark"  # the console script
-    cmp = subprocess.run([str(tool), "compare", str(tmp_path / "sweep-ci.json")],
+    cmp = subprocess.run([str(tool), "compare", str(out / "sweep-ci.json")],
                          capture_output=True, text=True)
     assert cmp.returncode == 0, cmp.stderr
     assert "test_point[numpy-cpu-float32-L64" in cmp.stdout
@@ -233,9 +249,12 @@ def test_two_sweeps_into_one_out_keep_every_point(tmp_path):
     assert sorted(b["extra_info"]["L"] for b in doc["benchmarks"]) == [16, 24, 32, 40, 48, 56]
 
 
-def test_a_rerun_without_resume_keeps_points_it_does_not_measure(tmp_path):
-    proc, first = _sweep(tmp_path, *TINY, "--impl", "numpy")
+def test_a_rerun_without_resume_keeps_points_it_does_not_measure(numpy_sweep, tmp_path):
+    import shutil
+
+    out, proc, first = numpy_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
+    shutil.copy(out / "sweep-ci.json", tmp_path / "sweep-ci.json")  # the first run's file
     proc, second = _sweep(tmp_path, *TINY[:2], "--lengths", "16", "--heads", "1", "--mask",
                           "none", "--head-dim", "8", "--max-time", "0.01", "--impl", "numpy")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -264,35 +283,53 @@ def test_invalid_outputs_are_recorded_not_timed(tmp_path):
                                           "array, got ndarray")}
 
 
-def test_check_fails_a_non_array_output_in_one_line(cli, tmp_path):
-    out = tmp_path / "c.json"
-    proc = cli("check", "--plugin", str(PLUGINS / "bad_output.py"), "--impl", "badout.list",
-               "--dtype", "float32", "-k", "test_case and causal_top_left_short_query", "--json", str(out))
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """One ``mha-suite check`` of three plugins, each on the cases its own ``-k`` selects
+    (qualified by its name), under ``--timeout 2``: badout.list's non-array output,
+    hang.forever's hang, and hang.wraps_the_alarm's hang, listed as a known failure. Every
+    check lists every built-in (seconds of imports): one process instead of three."""
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("check")
+    known = tmp / "known.txt"
+    known.write_text("*hang.wraps_the_alarm*  # listed: gives wrong answers\n")
+    out = tmp / "c.json"
+    own = {"badout.list": "test_case and causal_top_left_short_query",
+           "hang.forever": "test_case and causal_top_left_short_query",
+           "hang.wraps_the_alarm": "random_shapes or causal_top_left_short_query"}
+    proc = run_cli("check", "--plugin", str(PLUGINS / "bad_output.py"), "--plugin",
+                   str(PLUGINS / "hangs.py"), *[a for i in own for a in ("--impl", i)],
+                   "--dtype", "float32", "--known-failures", str(known), "--timeout", "2",
+                   "-k", " or ".join(f"({i} and ({k}))" for i, k in own.items()),
+                   "--json", str(out))
+    records = json.loads(out.read_text())["results"] if out.exists() else []
+    return proc, records
+
+
+def test_check_fails_a_non_array_output_in_one_line(checked):
+    proc, records = checked
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "Traceback" not in proc.stdout and "AttributeError" not in proc.stdout
-    outcomes = {(r["outcome"], r["reason"]) for r in json.loads(out.read_text())["results"]}
+    outcomes = {(r["outcome"], r["reason"]) for r in records if r["impl"] == "badout.list"}
     assert outcomes == {("fail", "fetch: expected Result.output a NumPy array, got list")}
 
 
-def test_a_hanging_case_under_check_timeout_is_one_line(cli):
-    proc = cli("check", "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.forever",
-               "--dtype", "float32", "-k", "test_case and causal_top_left_short_query", "--timeout", "2")
+def test_a_hanging_case_under_check_timeout_is_one_line(checked):
+    proc, records = checked
     assert proc.returncode == 1
-    lines = [x for x in proc.stdout.splitlines() if "no result within --timeout 2 s" in x]
+    lines = [x for x in proc.stdout.splitlines() if "no result within --timeout 2 s" in x
+             and "hang.forever" in x]
     assert lines and "Traceback" not in proc.stdout and "time.sleep" not in proc.stdout
+    assert [r["outcome"] for r in records if r["impl"] == "hang.forever"] == ["error"]
 
 
-def test_a_timeout_is_an_error_even_when_listed_as_a_known_failure(cli, tmp_path):
+def test_a_timeout_is_an_error_even_when_listed_as_a_known_failure(checked):
     """A known-failure entry lists a wrong answer; a case that ran out of time is an error,
     whatever the plugin made of the alarm, and Hypothesis runs no further example."""
-    known = tmp_path / "known.txt"
-    known.write_text("*hang.wraps_the_alarm*  # listed: gives wrong answers\n")
-    out = tmp_path / "c.json"
-    proc = cli("check", "--plugin", str(PLUGINS / "hangs.py"), "--impl", "hang.wraps_the_alarm",
-               "--dtype", "float32", "--known-failures", str(known), "--timeout", "2",
-               "-k", "random_shapes or causal_top_left_short_query", "--json", str(out))
+    proc, records = checked
     assert proc.returncode == 1, proc.stdout[-3000:]
-    records = json.loads(out.read_text())["results"]
+    records = [r for r in records if r["impl"] == "hang.wraps_the_alarm"]
     assert sorted(r["case"] for r in records) == ["causal_top_left_short_query", "random_shapes"]
     for r in records:
         assert r["outcome"] == "error", r
@@ -323,8 +360,8 @@ def test_a_long_call_is_timed_with_one_untimed_call_and_the_time_is_accounted(tm
     assert "sweep time: " in proc.stdout + proc.stderr
 
 
-def test_a_short_call_keeps_pytest_benchmarks_calibration(tmp_path):
-    proc, doc = _sweep(tmp_path, *TINY, "--impl", "numpy")
+def test_a_short_call_keeps_pytest_benchmarks_calibration(numpy_sweep):
+    _, proc, doc = numpy_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
     for b in doc["benchmarks"]:  # the rule, point by point; sub-millisecond calls calibrate
         x = b["extra_info"]
@@ -359,13 +396,13 @@ def test_a_failed_save_stops_the_sweep_in_one_line_and_keeps_the_saved_points(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep-ci.json", "sweep-ci.json.lock"]
 
 
-def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(tmp_path):
-    proc, doc = _sweep(tmp_path, *TINY[:2], "--lengths", "64", "--heads", "1", "--mask", "none",
-                       "--impl", "numpy", "--memory-budget", "0.000001")
+def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(budget_sweep):
+    proc, doc = budget_sweep
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = proc.stdout + proc.stderr  # (a line above the progress bar: on its console)
     assert "skipped: numpy-cpu-" in said and "GiB > budget" in said, said
-    assert doc["mha_suite_not_measured"][0]["status"] == "skipped"
+    numpy = [x for x in doc["mha_suite_not_measured"] if x["impl"] == "numpy"]
+    assert numpy and all(x["status"] == "skipped" for x in numpy)
 
 
 BRACKETED = '''

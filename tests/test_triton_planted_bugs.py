@@ -33,8 +33,8 @@ BUGS = {  # name -> (source text, its buggy replacement, -k of the cases that mu
                              "tl.maximum(pid_m * BLOCK_M + causal_offset, 0)",
                              "tiles and causal_513"),
 }
-# Backward bugs: the forward is right, so only the gradient cases can catch them; all run in
-# one conformance run (one plugin class each), each bug failing the gradient case named.
+# Backward bugs: the forward is right, so only the gradient cases can catch them; they run in
+# the forward bugs' conformance run (one plugin class each), each failing the gradient case named.
 BACKWARD_BUGS = {  # name -> (source text, its buggy replacement, a gradient case it must fail)
     # The weights dk/dv recomputes lose the softmax normalisation: exp(s), not exp(s - lse).
     "dkdv_unnormalised": ("tl.exp2(s - (lse * 1.4426950408889634)[:, None])", "tl.exp2(s)",
@@ -62,31 +62,27 @@ class Buggy(TritonFlash):
 """
 
 
-@pytest.mark.parametrize("bug", sorted(BUGS))
-def test_planted_triton_bug_fails_under_the_interpreter(tmp_path, bug):
-    right, wrong, cases = BUGS[bug]
-    source = KERNEL.read_text()
-    assert source.count(right) == 1, f"the kernel no longer has {right!r}"
-    kernel = tmp_path / f"buggy_{bug}.py"
-    kernel.write_text(source.replace(right, wrong))
-    plugin = tmp_path / "plugin.py"
-    plugin.write_text(PLUGIN.format(name=bug, path=str(kernel)))
-    out = tmp_path / "conformance.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
-         "-p", "no:cacheprovider", "--conformance-json", str(out), "--plugin", str(plugin),
-         "--impl", f"bug.triton_{bug}", "--dtype", "float32", "-k", cases],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
-    assert proc.returncode == 1
-    assert {r["device"] for r in results} == {"cpu-interpret"}
-    fails = [r for r in results if r["outcome"] == "fail"]
-    assert fails, [(r["case"], r["outcome"]) for r in results]
+def _own_cases(name: str, keyword: str) -> str:
+    """A -k clause selecting, of ``name``'s cases, those ``-k keyword`` selects."""
+    return f"({name} and ({keyword}))"
 
 
-def test_planted_triton_backward_bugs_fail_the_gradient_cases(tmp_path):
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    """One conformance run of every planted bug, forward and backward, each on the cases of its
+    own ``-k`` (the selection a run of its own would make): each process lists every built-in,
+    and the interpreter's first call compiles for seconds."""
+    tmp_path = tmp_path_factory.mktemp("triton_bugs")
     source = KERNEL.read_text()
+    args, keywords = [], []
+    for bug, (right, wrong, cases) in BUGS.items():
+        assert source.count(right) == 1, f"the kernel no longer has {right!r}"
+        kernel = tmp_path / f"buggy_{bug}.py"
+        kernel.write_text(source.replace(right, wrong))
+        plugin = tmp_path / f"plugin_{bug}.py"
+        plugin.write_text(PLUGIN.format(name=bug, path=str(kernel)))
+        args += ["--plugin", str(plugin), "--impl", f"bug.triton_{bug}"]
+        keywords.append(_own_cases(f"bug.triton_{bug}", cases))
     plugin = tmp_path / "plugin.py"
     for bug, (right, wrong, _) in BACKWARD_BUGS.items():
         assert source.count(right) == 1, f"the kernel no longer has {right!r}"
@@ -96,16 +92,30 @@ def test_planted_triton_backward_bugs_fail_the_gradient_cases(tmp_path):
             f.write(PLUGIN.format(name=bug, path=str(kernel)).replace("class Buggy", f"class Buggy_{bug}")
                     .replace("buggy =", f"buggy_{bug} =").replace("(buggy)", f"(buggy_{bug})")
                     .replace("kernels = buggy", f"kernels = buggy_{bug}"))
+        args += ["--plugin", f"{plugin}:Buggy_{bug}", "--impl", f"bug.triton_{bug}"]
+        keywords.append(_own_cases(f"bug.triton_{bug}", "test_gradient and (plain or gqa)"))
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
-         "-p", "no:cacheprovider", "--conformance-json", str(out),
-         *(a for bug in BACKWARD_BUGS for a in ("--plugin", f"{plugin}:Buggy_{bug}",
-                                                 "--impl", f"bug.triton_{bug}")),
-         "--dtype", "float32", "-k", "test_gradient and (plain or gqa)"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
+         "-p", "no:cacheprovider", "--conformance-json", str(out), *args,
+         "--dtype", "float32", "-k", " or ".join(keywords)],
+        capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    return proc, json.loads(out.read_text())["results"]
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_planted_triton_bug_fails_under_the_interpreter(interpreted, bug):
+    proc, results = interpreted
+    mine = [r for r in results if r["impl"] == f"bug.triton_{bug}"]
+    assert proc.returncode == 1
+    assert mine and {r["device"] for r in mine} == {"cpu-interpret"}
+    fails = [r for r in mine if r["outcome"] == "fail"]
+    assert fails, [(r["case"], r["outcome"]) for r in mine]
+
+
+def test_planted_triton_backward_bugs_fail_the_gradient_cases(interpreted):
+    proc, results = interpreted
     assert proc.returncode == 1
     assert {r["device"] for r in results} == {"cpu-interpret"}
     for bug, (_, _, case) in BACKWARD_BUGS.items():

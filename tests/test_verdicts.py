@@ -4,6 +4,7 @@ the number of BLAS / framework threads (a different summation order)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,49 +24,76 @@ def _by_case(doc, impl):
     return {(r["family"], r["case"]): r for r in doc["results"] if r["impl"] == impl}
 
 
-def test_nan_padding_declaration_does_not_excuse_garbage(tmp_path):
-    code, doc = conformance(tmp_path, "--plugin", POLICIES, "--impl", "policy.garbage_through",
-                            "--dtype", "float32", "-k", "padding")
+def _run(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """A conformance run of the policies plugin: the process and its results file."""
+    out = tmp_path / "conformance.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+         "-p", "no:cacheprovider", "--plugin", POLICIES, "--dtype", "float32",
+         "--conformance-json", str(out), *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def _shared(tmp_path, selections: dict) -> tuple[subprocess.CompletedProcess, dict]:
+    """One run of several policy plugins, each on the cases its own ``-k`` selects (its -k
+    qualified by its name): every run lists every built-in in its results file, seconds of
+    imports each, so the plugins whose runs would end alike share one."""
+    impls = [a for name in selections for a in ("--impl", name)]
+    keyword = " or ".join(f"({name.rstrip('*')} and ({k}))" for name, k in selections.items())
+    return _run(tmp_path, *impls, "-k", keyword)
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory):
+    """policy.garbage_through on the padding cases, policy.claims_* on the fully masked ones:
+    both fail some, so the run exits 1."""
+    return _shared(tmp_path_factory.mktemp("failing"), {
+        "policy.garbage_through": "padding", "policy.claims_*": "fully_masked"})
+
+
+@pytest.fixture(scope="module")
+def passing(tmp_path_factory):
+    """policy.stale on the fully masked cases, policy.refuses_one_head on ``one_head or
+    batch_1`` (all of its cases: its name holds one_head): neither fails, the run exits 0."""
+    return _shared(tmp_path_factory.mktemp("passing"), {
+        "policy.stale": "fully_masked", "policy.refuses_one_head": "one_head or batch_1"})
+
+
+def test_nan_padding_declaration_does_not_excuse_garbage(failing):
+    proc, doc = failing
     cases = _by_case(doc, "policy.garbage_through")
     assert cases[("masking", "garbage_padding")]["outcome"] == "fail"
-    assert code == 1
+    assert proc.returncode == 1
 
 
-def test_a_policy_that_is_not_followed_fails_and_one_that_is_passes_as_deviation(tmp_path):
-    code, doc = conformance(tmp_path, "--plugin", POLICIES, "--impl", "policy.claims_*",
-                            "--dtype", "float32", "-k", "fully_masked")
+def test_a_policy_that_is_not_followed_fails_and_one_that_is_passes_as_deviation(failing):
+    proc, doc = failing
     claims_nan = _by_case(doc, "policy.claims_nan")
     claims_unmasked = _by_case(doc, "policy.claims_unmasked")
     for case in ("fully_masked_valid_lens", "fully_masked_bool_row"):
         assert claims_nan[("masking", case)]["outcome"] == "fail"
         assert "declared policy" in claims_nan[("masking", case)]["reason"]
         assert claims_unmasked[("masking", case)]["outcome"] == "deviation"
-    assert code == 1
+    assert proc.returncode == 1
 
 
-def test_a_declaration_no_case_needs_is_reported_stale(tmp_path):
-    out = tmp_path / "c.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
-         "-p", "no:cacheprovider", "--plugin", POLICIES, "--impl", "policy.stale",
-         "--dtype", "float32", "-k", "fully_masked", "--conformance-json", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
+def test_a_declaration_no_case_needs_is_reported_stale(passing):
+    proc, doc = passing
     assert "stale declaration: policy.stale declares fully_masked_rows" in proc.stdout
     assert proc.returncode == 0
-    import json
-
-    listed = {i["name"]: i for i in json.loads(out.read_text())["implementations"]}
+    listed = {i["name"]: i for i in doc["implementations"]}
     assert listed["policy.stale"]["stale_deviations"] == ["fully_masked_rows"]
 
 
-def test_a_plugin_can_refuse_a_problem_as_unsupported(tmp_path):
-    code, doc = conformance(tmp_path, "--plugin", POLICIES, "--impl", "policy.refuses_one_head",
-                            "--dtype", "float32", "-k", "one_head or batch_1")
+def test_a_plugin_can_refuse_a_problem_as_unsupported(passing):
+    proc, doc = passing
     cases = _by_case(doc, "policy.refuses_one_head")
     assert cases[("shapes", "one_head")]["outcome"] == "unsupported"
     assert "at least two heads" in cases[("shapes", "one_head")]["reason"]
     assert cases[("shapes", "batch_1")]["outcome"] == "pass"
-    assert code == 0
+    assert proc.returncode == 0
 
 
 def test_repeat_reports_a_changing_outcome_as_flaky(tmp_path):
@@ -203,6 +231,23 @@ def test_every_case_is_seeded_from_its_family_and_name():
         assert c.seed == zlib.crc32(f"{c.family}/{c.name}".encode()), c.name
 
 
+def _together(commands, timeout: float) -> list:
+    """Run (argv, env) commands at once and wait for them all: (returncode, stdout, stderr)
+    each. For runs that share no compilation (JAX keys its persistent cache by the XLA flags
+    too): side by side, the test lasts as long as the longer run, not their sum, wherever a
+    core is free."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=env) for argv, env in commands]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+        return [(p.returncode, *out) for p, out in zip(procs, outs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 SERIAL = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
@@ -212,11 +257,11 @@ def test_verdicts_do_not_change_with_the_thread_count(tmp_path):
     """One BLAS/torch/XLA thread against all cores: other summation orders, same verdicts."""
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    verdicts = []
-    for env in (SERIAL, {}):
-        out = tmp_path / f"c{len(verdicts)}.json"
+    runs = []
+    for i, env in enumerate((SERIAL, {})):
+        out = tmp_path / f"c{i}.json"
         full = {k: v for k, v in os.environ.items() if k not in SERIAL} | env
-        proc = subprocess.run(
+        runs.append((out, (
             [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
              "-p", "no:cacheprovider", "--conformance-json", str(out), "-k",
              "shapes or numerics or masking/combined or gradient",
@@ -224,13 +269,13 @@ def test_verdicts_do_not_change_with_the_thread_count(tmp_path):
              # count: NumPy's BLAS, torch's matmuls, torch's SDPA kernel, XLA's CPU backend
              # (torch.nn's explicit path runs torch.eager's matmuls and softmax).
              *[a for i in ("numpy", "torch.eager", "torch.sdpa", "jax.jit")
-               for a in ("--impl", i)]],
-            capture_output=True, text=True, cwd=ROOT, timeout=1800, env=full)
-        import json
-
+               for a in ("--impl", i)]], full)))
+    verdicts = []
+    for (out, _), (code, stdout, stderr) in zip(runs, _together([r for _, r in runs], 1800)):
+        assert out.exists(), stdout[-2000:] + stderr[-2000:]
         doc = json.loads(out.read_text())
         verdicts.append({r["test_id"]: r["outcome"] for r in doc["results"]})
-        assert proc.returncode in (0, 1)
+        assert code in (0, 1)
     assert verdicts[0] == verdicts[1]
     assert len(verdicts[0]) > 100
     assert not [t for t, o in verdicts[0].items() if o in ("fail", "error")]
@@ -258,7 +303,7 @@ def test_xdist_run_gives_the_serial_verdicts(tmp_path):
     from tests.conftest import run_cli
 
     docs = []
-    for workers in ("0", "2"):
+    for workers in ("0", "2"):  # in turn: the second run reads the first one's JAX compilations
         out = tmp_path / f"w{workers}.json"
         proc = run_cli("check", "--impl", "numpy", "--impl", "torch.eager", "--impl", "jax.jit",
                        "--plugin", POLICIES, "--impl", "policy.claims_*", "--dtype", "float32",
