@@ -21,7 +21,9 @@ Known library behaviours (``suite.known``) follow conditions, not ids: the sampl
 and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
 and was never needed. Property-based cases run the sample's number of examples, one for a
 per-shape compiler or an interpreted kernel (derandomised, the smallest shapes first: the
-entries on one-element problems still show).
+entries on one-element problems still show); one that a known-failure entry lists (not
+``{intermittent}``) runs its full count, stopping at its first failure, since the draw that
+shows it may not be the first.
 """
 
 from __future__ import annotations

@@ -134,3 +134,39 @@ def test_cover_runs_the_case_an_entry_names_and_a_needed_entry_passes_strict(tmp
                    "--workers", "0", "--dtype", "float32", "-k", "masking", "--cover",
                    "--strict-declarations", "--known-failures", str(known))
     assert done.returncode == 0 and "masking/none" not in done.stdout, done.stdout
+
+
+WRONG_CROSS = """
+from implementations.numpy_mha import NumpyMHA
+
+
+class WrongCross(NumpyMHA):
+    name = "bug.wrong_cross"
+    compiles_per_shape = True  # CI's selection gives it one Hypothesis example
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        heads, weights = super().attend(q, k, v, mask, scale, need_weights)
+        return (heads + 0.1 if q.shape[-2] != k.shape[-2] else heads), weights
+"""
+
+
+def test_cover_draws_a_listed_hypothesis_failure_to_its_full_count(tmp_path):
+    """The first derandomised draw (the one-element problem) and the fixed grouped-query
+    example are square, which this plugin gets right: with the entry listed, CI's selection draws on (to the full count, stopping at the first
+    failure), so a standing entry is not called stale; unlisted, one example, which passes."""
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(WRONG_CROSS)
+    known = tmp_path / "known.txt"
+    known.write_text("test_random_shapes[[]bug.wrong_cross-cpu-float32[]]  # planted\n")
+    args = ("check", "--plugin", str(plugin), "--impl", "bug.wrong_cross", "--workers",
+            "0", "--dtype", "float32", "-k", "random_shapes", "--cover", "--strict-declarations")
+    done = run_cli(*args, "--known-failures", str(known), "--json", str(tmp_path / "c.json"))
+    out = done.stdout + done.stderr
+    (record,) = json.loads((tmp_path / "c.json").read_text())["results"]
+    assert record["outcome"] == "known_failure", out
+    assert done.returncode == 0 and "error: known failure" not in out, out
+    known.write_text("")
+    done = run_cli(*args, "--known-failures", str(known), "--json", str(tmp_path / "d.json"))
+    (record,) = json.loads((tmp_path / "d.json").read_text())["results"]
+    # one drawn example and the fixed grouped-query one
+    assert record["outcome"] == "pass" and record["reason"] == "2 examples", record
