@@ -152,8 +152,9 @@ class WrongCross(NumpyMHA):
 
 def test_cover_draws_a_listed_hypothesis_failure_to_its_full_count(tmp_path):
     """The first derandomised draw (the one-element problem) and the fixed grouped-query
-    example are square, which this plugin gets right: with the entry listed, CI's selection draws on (to the full count, stopping at the first
-    failure), so a standing entry is not called stale; unlisted, one example, which passes."""
+    example are square, which this plugin gets right: with the entry listed, CI's selection
+    draws on (to the full count, stopping at the first failure), so a standing entry is not
+    called stale; unlisted, one drawn example, which passes."""
     plugin = tmp_path / "wrong.py"
     plugin.write_text(WRONG_CROSS)
     known = tmp_path / "known.txt"
