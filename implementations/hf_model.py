@@ -266,6 +266,33 @@ class HFModelMistral(HFModelLlama):
             sliding_window=self.sliding_window(p), attention_dropout=0.0, **_small(p))
 
 
+class HFModelGemma2(HFModelLlama):
+    """``Gemma2Model``: soft-caps its attention logits (``attn_logit_softcapping``: the
+    problem's cap, none without one), scales by ``query_pre_attn_scalar ** -0.5`` (the
+    problem's scale), one sliding-window layer (``create_sliding_window_causal_mask``),
+    GQA, rotary (identity here). Its config refuses sdpa (no soft-capping there)."""
+
+    window = True
+    attns = ("eager", "flex")
+    features = HFModelLlama.features | {"bool_mask", "softcap", "scale"}
+    mask_forms = HFModelLlama.mask_forms | {"local_window+causal_flag"}
+
+    def config(self, p):
+        if p.D % 2:
+            raise Unsupported(f"a rotary model needs an even head width, got D={p.D}")
+        scale = p.effective_scale
+        n = round(scale ** -2) if scale > 0 else 0
+        if n < 1 or not np.isclose(n ** -0.5, scale, rtol=1e-12, atol=0):
+            raise Unsupported(f"the model scales by query_pre_attn_scalar ** -0.5 (an int in "
+                              f"its config), the problem by {scale}")
+        return transformers.Gemma2Config(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
+            query_pre_attn_scalar=n, attn_logit_softcapping=p.softcap,
+            final_logit_softcapping=None, sliding_window=self.sliding_window(p),
+            layer_types=["sliding_attention"], attention_bias=p.weights.b_q is not None,
+            attention_dropout=0.0, **_small(p))
+
+
 class HFModelGPT2(HFModelCore):
     """``GPT2Model``: packed ``Conv1D`` q/k/v ``c_attn`` (E, 3E), ``c_proj``; causal."""
 
@@ -315,8 +342,8 @@ class HFModelBertDecoder(HFModelBert):
     mask_forms = HFModelCore.mask_forms
 
 
-_MODELS = {"llama": HFModelLlama, "mistral": HFModelMistral, "gpt2": HFModelGPT2,
-           "bert": HFModelBert, "bert_decoder": HFModelBertDecoder}
+_MODELS = {"llama": HFModelLlama, "mistral": HFModelMistral, "gemma2": HFModelGemma2,
+           "gpt2": HFModelGPT2, "bert": HFModelBert, "bert_decoder": HFModelBertDecoder}
 _VERSIONS = f"transformers {transformers.__version__}, torch {torch.__version__}"
 # The whole model's attention paths behave as the single layers' (hf_transformers): measured
 # here once the square self-attention forms reached their padding and NaN cases.

@@ -111,6 +111,15 @@ def _softcap_inf(seed):
     return dataclasses.replace(p, query=query, softcap=20.0)
 
 
+@case(FAMILY, "softcap_self_causal_padding")
+def _softcap_self(seed):
+    """A whole model's form (one input is query, key and value; causal top-left; key padding
+    (11, 6, 2)): cap 4 on logits up to ~10 (inputs x3), as a decoder that soft-caps runs it."""
+    p = make_problem(seed, VB, VL, VL, VE, VH, self_attention=True, input_scale=3.0,
+                     mask=Mask(valid_lens=np.array([11, 6, 2]), causal=True))
+    return dataclasses.replace(p, softcap=4.0)
+
+
 # --- ALiBi ------------------------------------------------------------------------------------
 @case(FAMILY, "alibi_key_causal")
 def _alibi_key(seed):
@@ -141,6 +150,16 @@ def _alibi_six(seed):
     power of two), key padding (13, 5, 1), no causal mask: keys on both sides."""
     p = _problem(seed, E=24, H=6, mask=Mask(valid_lens=np.array([13, 5, 1])))
     return dataclasses.replace(p, alibi=Alibi(alibi_slopes(6), "distance"))
+
+
+@case(FAMILY, "alibi_key_self_causal_padding")
+def _alibi_key_self(seed):
+    """BLOOM's form: one input is query, key and value, causal top-left, key padding
+    (11, 6, 2), ALiBi slope * j with the paper's slopes for H = 4 (a model computes its own
+    from the head count)."""
+    p = make_problem(seed, VB, VL, VL, VE, VH, self_attention=True,
+                     mask=Mask(valid_lens=np.array([11, 6, 2]), causal=True))
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(VH), "key"))
 
 
 # --- sinks ------------------------------------------------------------------------------------

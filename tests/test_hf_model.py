@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from implementations import hf_model  # noqa: E402  (after the importorskips)
 
 MODELS = {"llama": ("eager", "sdpa", "flex"), "mistral": ("eager", "sdpa", "flex"),
-          "gpt2": ("eager", "sdpa"), "bert": ("eager", "sdpa", "flex"),
+          "gemma2": ("eager", "flex"), "gpt2": ("eager", "sdpa"), "bert": ("eager", "sdpa", "flex"),
           "bert_decoder": ("eager", "sdpa", "flex")}
 
 
@@ -131,3 +131,48 @@ def test_an_item_with_no_valid_key(name, dtype, rows):
     else:
         expected = np.broadcast_to((x @ p.weights.w_v).mean(axis=0) @ p.weights.w_o, out.shape)
     np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def _variant_case(name: str):
+    from suite import catalog
+
+    return next(c for c in catalog.ALL if c.family == "variants" and c.name == name)
+
+
+class _NoSoftcap:
+    """A planted model bug as a release shipped it: a path that drops the soft-capping (the
+    config's cap never reaches the attention)."""
+
+    def config(self, p):
+        config = super().config(p)
+        config.attn_logit_softcapping = None
+        return config
+
+
+@pytest.mark.parametrize("attn", ["eager", "flex"])
+def test_gemma2_soft_caps_as_the_problem_says_and_a_path_that_drops_it_fails(attn):
+    """The model's cap is the problem's: its own path passes the soft-capping case; one that
+    drops the cap fails it (the problem says the model soft-caps, so the oracle does too),
+    and still passes a case without a cap (what the suite could see before: nothing)."""
+    impl = _impl(f"hf.model.gemma2[{attn}]")
+    case = _variant_case("softcap_self_causal_padding")
+
+    def run(impl, case):
+        out = Outcome(impl.name, "cpu", "float32", case.family, case.name, case.seed, "pass")
+        return case.run(impl, out)
+
+    assert run(impl, case).outcome == "pass"
+    planted = type("Planted", (_NoSoftcap, type(impl)), {"name": "bug.no_softcap"})()
+    assert run(planted, case).outcome == "fail"
+    assert _run_form(planted, "causal_flag+kpm_bool").outcome == "pass"
+
+
+def test_gemma2_takes_the_problems_scale_as_its_int_query_pre_attn_scalar():
+    from suite.plugin import Unsupported
+
+    impl = _impl("hf.model.gemma2[eager]")
+    p = make_problem(0, 2, 6, 6, 16, 2, self_attention=True, mask=Mask(causal=True))
+    assert impl.config(p).query_pre_attn_scalar == 8  # D = 8: the default 1/sqrt(D)
+    with pytest.raises(Unsupported, match="query_pre_attn_scalar"):
+        impl.config(make_problem(0, 2, 6, 6, 16, 2, self_attention=True, scale=0.3,
+                                 mask=Mask(causal=True)))
