@@ -20,7 +20,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
-from implementations.torch_common import ALL_LAYOUTS, TorchCore, masked_softmax, zero_dead_values
+from implementations.torch_common import (
+    ALL_LAYOUTS,
+    TorchCore,
+    alibi_bias,
+    masked_softmax,
+    relative_bias,
+    zero_dead_values,
+)
 from implementations.torch_eager import TorchEager
 from suite import cache
 from suite.adapters import AttendMask
@@ -160,8 +167,9 @@ class TorchFlex(CompiledPerShape, TorchCore):
     compiles_per_shape = True  # each new shape or block mask recompiles (5-25 s cold, CPU)
     # Windows as a mask_mod given to create_block_mask (its block sparsity), not a dense mask.
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
+    # Score variants through its score_mod (sinks and value widths are not FlexAttention's).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
-                          "cross", "gqa", "scale"})
+                          "cross", "gqa", "scale", "softcap", "alibi", "rel_bias", "score_mod"})
     deviations = {
         "nan_padding": Deviation(
             "confined", "NaN in a padded value position gives NaN rows: the masked weight is 0 "
@@ -205,6 +213,8 @@ class TorchFlex(CompiledPerShape, TorchCore):
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
+        # The score_mod's steps in the spec's order: the variants, then the mask.
+        steps = _variant_mods(mask.variants, q.shape[2], k.shape[2])
         if mask.form_name:  # a window form: its mask_mod, FlexAttention's own block mask
             kw["block_mask"] = _form_block_mask(mask, q.shape[0], q.shape[2], k.shape[2],
                                                 q.device)
@@ -213,13 +223,59 @@ class TorchFlex(CompiledPerShape, TorchCore):
             bias = mask.bias.reshape(-1)  # (B*Hm*L*S,)
             allowed = mask.allowed.expand(B, Hm, L, S).reshape(-1)  # (B*Hm*L*S,)
 
-            def score_mod(score, b, h, q_idx, kv_idx):
+            def masked(score, b, h, q_idx, kv_idx):
                 i = ((b * Hm + (h if Hm > 1 else 0)) * L + q_idx) * S + kv_idx
                 # Masked scores are exactly -inf, whatever a padded key holds.
                 return torch.where(allowed[i], score + bias[i], float("-inf"))
 
+            steps.append(masked)
+        if steps:
+            def score_mod(score, b, h, q_idx, kv_idx):
+                for step in steps:
+                    score = step(score, b, h, q_idx, kv_idx)
+                return score
+
             kw["score_mod"] = score_mod
         return self._flex(q, k, v, **kw), None  # (B, H, L, D)
+
+
+def _variant_mods(variants: Any, L: int, S: int) -> List[Any]:
+    """The problem's score variants as FlexAttention score_mod steps, as its users write
+    them: the cap as ``cap * tanh(score / cap)``, ALiBi and a relative table as a bias
+    (H, L, S) read through one flat index (a by-head index does not compile on the CPU), a
+    score_mod called with FlexAttention's own (b, h, q_idx, kv_idx) as floats."""
+    if variants is None:
+        return []
+    steps: List[Any] = []
+    if variants.softcap is not None:
+        cap = variants.softcap
+
+        def capped(score, b, h, q_idx, kv_idx):
+            return cap * torch.tanh(score / cap)
+
+        steps.append(capped)
+    position = None
+    if variants.alibi is not None:
+        position = alibi_bias(variants.alibi, L, S)  # (H, L, S)
+    if variants.rel_bias is not None:
+        table = relative_bias(variants.rel_bias, L, S)
+        position = table if position is None else position + table
+    if position is not None:
+        flat = position.reshape(-1)
+
+        def positioned(score, b, h, q_idx, kv_idx):
+            return score + flat[(h * L + q_idx) * S + kv_idx]
+
+        steps.append(positioned)
+    if variants.score_mod is not None:
+        fn = variants.score_mod.fn
+
+        def modified(score, b, h, q_idx, kv_idx):
+            f = score.dtype
+            return fn(score, b.to(f), h.to(f), q_idx.to(f), kv_idx.to(f), torch)
+
+        steps.append(modified)
+    return steps
 
 
 

@@ -149,12 +149,12 @@ class _NoSoftcap:
         return config
 
 
-@pytest.mark.parametrize("attn", ["eager", "flex"])
-def test_gemma2_soft_caps_as_the_problem_says_and_a_path_that_drops_it_fails(attn):
+def test_gemma2_soft_caps_as_the_problem_says_and_a_path_that_drops_it_fails():
     """The model's cap is the problem's: its own path passes the soft-capping case; one that
     drops the cap fails it (the problem says the model soft-caps, so the oracle does too),
-    and still passes a case without a cap (what the suite could see before: nothing)."""
-    impl = _impl(f"hf.model.gemma2[{attn}]")
+    and still passes a case without a cap (what the suite could see before: nothing). The
+    flex path runs the same case in every dtype in CI's check (33 s more here, compiled)."""
+    impl = _impl("hf.model.gemma2[eager]")
     case = _variant_case("softcap_self_causal_padding")
 
     def run(impl, case):

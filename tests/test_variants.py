@@ -313,6 +313,34 @@ def test_a_planted_variant_bug_on_torch_fails_its_cases(plugin, cases):
     assert {n for n, o in outcomes.items() if o in FAILED} == cases, outcomes
 
 
+@pytest.mark.parametrize("case,bug", [
+    ("softcap_valid_lens", "drops the cap"),
+    ("alibi_distance_bottom_right", "reverses the slopes"),
+])
+def test_flex_attention_computes_variants_in_its_score_mod_and_a_wrong_one_fails(case, bug,
+                                                                                 monkeypatch):
+    """torch.flex's variants go through FlexAttention's score_mod (compiled); the same
+    adapter with one step wrong fails the case. (The right one passes these cases in every
+    dtype in CI's check; each case here compiles once, seconds.)"""
+    pytest.importorskip("torch")
+    import dataclasses as dc
+
+    from implementations import torch_compiled
+
+    def wrong(variants, L, S):
+        if bug == "drops the cap":
+            variants = dc.replace(variants, softcap=None)
+        else:
+            variants = dc.replace(variants, alibi=dc.replace(
+                variants.alibi, slopes=variants.alibi.slopes.flip(0)))
+        return right(variants, L, S)
+
+    right = torch_compiled._variant_mods
+    monkeypatch.setattr(torch_compiled, "_variant_mods", wrong)
+    out = _run(torch_compiled.TorchFlex(), case)
+    assert out.outcome == "fail", (out.outcome, out.reason)
+
+
 def test_a_plugins_own_score_mod_runs_without_a_change_to_the_suite():
     assert _run(planted.OwnModifier(), "own_score_mods").outcome == "pass"
     wrong = _run(planted.OwnModifierWrong(), "own_score_mods")
