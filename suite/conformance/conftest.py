@@ -86,6 +86,16 @@ def listed_known_failure(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def listed_to_show(request: pytest.FixtureRequest) -> bool:
+    """True when a known-failure entry that is not {intermittent} lists this test: a run
+    must show it (an intermittent entry is not called stale where it holds nowhere)."""
+    session = ConformanceSession.of(request.config)
+    known = session.known_failure(request.node.name)
+    return known is not None and not getattr(session.conditions.get(known[0]),
+                                             "intermittent", False)
+
+
+@pytest.fixture
 def conform(request: pytest.FixtureRequest, target):
     """Call ``conform.case(case)`` with a ``suite.cases.Case``, or ``conform(family, name,
     seed, judge)``: ``judge(impl, outcome)`` runs the case on an implementation and

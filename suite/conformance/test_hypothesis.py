@@ -74,25 +74,14 @@ def gqa_examples(features: frozenset) -> list:
     return [make_problem(20231124, 2, 5, 5, 12, 6, 3)]
 
 
-def _shows_entry(request: pytest.FixtureRequest) -> bool:
-    """True when a known-failure entry that is not {intermittent} lists this test (an
-    intermittent entry is not called stale when it holds nowhere, so it needs no draws)."""
-    from suite.conformance_session import ConformanceSession
-
-    session = ConformanceSession.of(request.config)
-    known = session.known_failure(request.node.name)
-    return known is not None and not getattr(session.conditions.get(known[0]),
-                                             "intermittent", False)
-
-
-def test_random_shapes(target, conform, request, listed_known_failure):
+def test_random_shapes(target, conform, request, listed_known_failure, listed_to_show):
     n = request.config.getoption("--hypothesis-examples")
     if n is None:  # the default: bounded where each new shape costs seconds
         n = INTERPRETED_EXAMPLES if interpreted(target[1]) else COMPILED_EXAMPLES \
             if declared(target[0].impl, "compiles_per_shape") else EXAMPLES
         if request.config.getoption("--sample"):  # the main job's sample: fewer still
             n = examples(target[0].impl, target[1], n)
-        elif request.config.getoption("--cover") and not _shows_entry(request):
+        elif request.config.getoption("--cover") and not listed_to_show:
             # CI's: fewer, one for a per-shape compiler. A listed known failure keeps its
             # full count: the draw that shows it may not be the first, and a strict run that
             # stopped short would call a standing entry stale (it stops at its first failure).
