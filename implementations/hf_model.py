@@ -228,6 +228,12 @@ def _small(p: Problem) -> Dict[str, Any]:
     return {"num_hidden_layers": 1, "vocab_size": 8, "intermediate_size": 2 * p.E}
 
 
+def _even_head_width(p: Problem) -> None:
+    """A rotary config's validation refuses an odd head width: unsupported, in one line."""
+    if p.D % 2:
+        raise Unsupported(f"a rotary model needs an even head width, got D={p.D}")
+
+
 class HFModelLlama(HFModelCore):
     """``LlamaModel``: ``create_causal_mask``, GQA, rotary (identity here)."""
 
@@ -238,8 +244,7 @@ class HFModelLlama(HFModelCore):
         return True
 
     def config(self, p):
-        if p.D % 2:  # the config's rope validation refuses an odd head width
-            raise Unsupported(f"a rotary model needs an even head width, got D={p.D}")
+        _even_head_width(p)
         return transformers.LlamaConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             attention_bias=p.weights.b_q is not None, attention_dropout=0.0, **_small(p))
@@ -259,8 +264,7 @@ class HFModelMistral(HFModelLlama):
         return False
 
     def config(self, p):
-        if p.D % 2:
-            raise Unsupported(f"a rotary model needs an even head width, got D={p.D}")
+        _even_head_width(p)
         return transformers.MistralConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             sliding_window=self.sliding_window(p), attention_dropout=0.0, **_small(p))
@@ -278,8 +282,7 @@ class HFModelGemma2(HFModelLlama):
     mask_forms = HFModelLlama.mask_forms | {"local_window+causal_flag"}
 
     def config(self, p):
-        if p.D % 2:
-            raise Unsupported(f"a rotary model needs an even head width, got D={p.D}")
+        _even_head_width(p)
         scale = p.effective_scale
         n = round(scale ** -2) if scale > 0 else 0
         if n < 1 or not np.isclose(n ** -0.5, scale, rtol=1e-12, atol=0):

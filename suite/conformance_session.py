@@ -358,16 +358,11 @@ class ConformanceSession:
 
         unused = set(self.known) - self.used
         filtered = self.narrowed()
-        from suite.where import device_kind
-
-        devices = {device_kind(str(t[1])) for t in self.targets()}
         envs = {(r.get("device"), r.get("isa")) for r in self.records}
         for pattern in sorted(unused):
             where = self.conditions.get(pattern)
-            if where is not None and where.device is not None and not devices & where.device:
-                continue  # an entry for a device this run has none of (cuda on a CPU run)
             if where is not None and not any(where.holds(d, i) for d, i in envs):
-                continue  # its condition held nowhere here (another level, CPU or version)
+                continue  # its condition held nowhere here (another device, level, CPU, version)
             if self.targets() and not filtered and not self.interrupted:
                 terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
         for line in stale_lines(self.records, config, self.left):
