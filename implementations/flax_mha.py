@@ -75,6 +75,9 @@ class FlaxMHA(JaxModuleCore):
     # The +weights name always sows, so a sweep (which asks for no weights) times the path
     # its name says.
     returns_weights = False
+    contracts = (Contract("agrees_with_weights_path", "agrees", {"returns_weights": True},
+                          "the fused path computes what the explicit path (sow_weights=True) "
+                          "does"),)
     # More constructor arguments for the module: a subclass sets one option, e.g.
     # ``module_kwargs = {"precision": jax.lax.Precision.HIGHEST}`` (the weights still go in
     # canonically).
@@ -143,6 +146,7 @@ class FlaxMHA(JaxModuleCore):
 class FlaxMHAWeights(FlaxMHA):
     name = "flax.mha+weights"
     features = FEATURES | {"weights"}
+    contracts = ()
     returns_weights = True
 
 

@@ -42,7 +42,7 @@ import transformers
 
 from implementations.torch_common import TorchModuleCore
 from suite import adapters
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 
 # The attention implementations a name may use, as transformers spells them.
@@ -366,6 +366,14 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
 }
 
 
+def _paths(attn: str, base: type) -> Tuple[Contract, ...]:
+    """A path other than eager agrees with the model's eager path (suite.contracts)."""
+    if attn == "eager" or "eager" not in base.attns:
+        return ()
+    return (Contract("agrees_with_eager", "agrees", {"attn": "eager"},
+                     f"the model's {attn} attention computes what its eager attention does"),)
+
+
 def variants() -> List[type]:
     """One class per model and attention implementation the model supports:
     ``hf.model.MODEL[eager|sdpa|flex]``."""
@@ -377,5 +385,6 @@ def variants() -> List[type]:
                 "name": f"hf.model.{model}[{attn}]", "attn": attn,
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],
                 # FlexAttention compiles anew for each shape and mask (seconds each).
-                "compiles_per_shape": attn == "flex", "__module__": __name__}))
+                "compiles_per_shape": attn == "flex", "__module__": __name__,
+                "contracts": _paths(attn, base)}))
     return out

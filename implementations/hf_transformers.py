@@ -321,6 +321,11 @@ MASK_FORMS = {
 }
 
 
+# The sdpa path of a module agrees with its eager path (suite.contracts).
+EAGER_PATH = (Contract("agrees_with_eager", "agrees", {"attn": "eager"},
+                       "the module's sdpa attention computes what its eager attention does"),)
+
+
 def variants() -> List[type]:
     """One class per module and attention implementation: ``hf.MODEL[eager|sdpa]``."""
     out = []
@@ -330,7 +335,7 @@ def variants() -> List[type]:
             cls = type(f"HF_{model}_{attn}", (base,), {
                 "name": f"hf.{model}[{attn}]", "attn": attn, "features": frozenset(features),
                 "deviations": DEVIATIONS[attn], "mask_forms": MASK_FORMS[attn],
-                "__module__": __name__})
+                "contracts": EAGER_PATH if attn == "sdpa" else (), "__module__": __name__})
             out.append(cls)
     return out + gpt2_config_variants() + hf_model.variants()
 
@@ -389,5 +394,6 @@ def gpt2_config_variants() -> List[type]:
                 "mask_forms": MASK_FORMS[attn], "config_options": config,
                 "layer_idx": layer_idx, "fold_scale": True,
                 "families": PATH_FAMILIES | {"contracts"},
-                "contracts": gpt2_contracts(option, attn, layer_idx), "__module__": __name__}))
+                "contracts": gpt2_contracts(option, attn, layer_idx)
+                + (EAGER_PATH if attn == "sdpa" else ()), "__module__": __name__}))
     return out

@@ -31,7 +31,7 @@ from typing import Any, Dict, List
 
 from implementations.keras_common import BACKEND, KerasModuleCore, keras
 from suite import adapters, probes
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 
 BACKENDS = ("torch", "jax", "tensorflow")
@@ -104,6 +104,9 @@ class KerasMHA(KerasModuleCore):
     features = FEATURES
     mask_forms = MASK_FORMS
     layers = {"q": "query_dense", "k": "key_dense", "v": "value_dense", "o": "output_dense"}
+    contracts = (Contract("agrees_with_weights_path", "agrees", {"returns_weights": True},
+                          "the fused path computes what the explicit path "
+                          "(return_attention_scores=True) does"),)
     # More constructor arguments for the layer: a subclass sets one option, e.g.
     # ``layer_kwargs = {"attention_axes": (1,)}`` (the weights still go in canonically).
     layer_kwargs: Dict[str, Any] = {}
@@ -133,6 +136,7 @@ class KerasMHA(KerasModuleCore):
 class KerasMHAWeights(KerasMHA):
     name = f"keras.mha[{BACKEND}]+weights"
     features = FEATURES | {"weights"}
+    contracts = ()
     returns_weights = True
     # The explicit path's masked Softmax zeroes masked weights after the softmax, so a fully
     # masked row gives the spec's zero head output; NaN padding still reaches weights @ v.

@@ -31,9 +31,14 @@ from implementations.torch_common import (
 from implementations.torch_eager import TorchEager
 from suite import cache
 from suite.adapters import AttendMask
-from suite.plugin import VARIANT_FEATURES, Deviation
+from suite.plugin import VARIANT_FEATURES, Contract, Deviation
 
 cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
+
+
+# The dtypes the compiled names' agreement with their uncompiled selves is checked in: those
+# models are compiled in (each dtype compiles its own graphs: 10-20 s a dtype, cold).
+COMPILED_DTYPES = frozenset({"float32", "bfloat16"})
 
 
 class CompiledPerShape:
@@ -57,10 +62,14 @@ class TorchCompiled(CompiledPerShape, TorchEager):
     # its compiled core is the plain algorithm: no score variants
     features = TorchEager.features - {"weights"} - VARIANT_FEATURES
     compiles_per_shape = True  # each new shape or mask kind recompiles (2-20 s cold, CPU)
+    compiled = True  # False: the same core run eagerly (the other side of its contract)
+    contracts = (Contract("agrees_uncompiled", "agrees", {"compiled": False},
+                          "the compiled core computes what the same core run eagerly does",
+                          dtypes=COMPILED_DTYPES),)
 
     def __init__(self) -> None:
         # Shapes become dynamic after a recompile, so sizes alone rarely add graphs.
-        self._compiled = torch.compile(self._core)
+        self._compiled = torch.compile(self._core) if self.compiled else self._core
         allow_recompiles()
 
     @staticmethod
@@ -125,10 +134,16 @@ class TorchCompiledPattern(CompiledPerShape, TorchCore):
     # q, k, v contiguous per head, as a model hands them after ``.contiguous()``: inductor's
     # patterns do not match a matmul of transposed views (measured: no rewrite, bmm kernels)
     own_layout = "contiguous"
+    compiled = True  # False: the same graphs run eagerly (the other side of its contract)
+    contracts = (Contract("agrees_uncompiled", "agrees", {"compiled": False},
+                          "the compiled graph (rewritten into SDPA where the matcher fires) "
+                          "computes what the same graph run eagerly does",
+                          dtypes=COMPILED_DTYPES),)
 
     def __init__(self) -> None:
-        self._plain = torch.compile(_textbook)
-        self._biased = torch.compile(_textbook_biased)
+        compile_ = torch.compile if self.compiled else (lambda fn: fn)
+        self._plain = compile_(_textbook)
+        self._biased = compile_(_textbook_biased)
         allow_recompiles()
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):

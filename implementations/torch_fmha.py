@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from implementations.torch_common import SDPA_FULLY_MASKED_NAN, TorchModuleCore, _np, tensor_copy
 from implementations.torch_nn import TORCH_NN_FORMS, form_masks, refusing_causal_alone
 from suite import adapters
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 
 _NAN_PADDING = Deviation(
@@ -35,6 +35,9 @@ _NAN_PADDING = Deviation(
 
 class TorchFMHA(TorchModuleCore):
     name = "torch.F_mha"
+    contracts = (Contract("agrees_with_weights_path", "agrees", {"need_weights": True},
+                          "the fused path (need_weights=False) computes what the explicit "
+                          "need_weights=True path does"),)
     # No GQA (one head count) and no explicit scale (always 1/sqrt(D)).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "grad"})
@@ -129,6 +132,7 @@ def fmha_masks(p: Problem, dev: torch.device, t: torch.dtype) -> Dict[str, Any]:
 class TorchFMHAWeights(TorchFMHA):
     name = "torch.F_mha+weights"
     features = TorchFMHA.features | {"weights"}
+    contracts = ()
     deviations = {
         "fully_masked_rows": Deviation(
             "nan", "a query row with no key to attend gives NaN with need_weights=True (the "

@@ -38,7 +38,7 @@ import torch
 
 from implementations.torch_common import SDPA_FULLY_MASKED_NAN, TorchModuleCore, _np, tensor_copy
 from suite import adapters
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
 
 # Mask forms nn.MultiheadAttention takes: attn_mask (L, S) or (B*H, L, S), boolean (True =
@@ -150,7 +150,10 @@ class TorchNNSDPA(TorchNN):
     # Every fixed case and the gradients; not the random shapes (the base name's shape
     # handling, which need_weights does not change).
     families = frozenset({"masking", "shapes", "numerics", "properties", "gradients",
-                          "mask_forms", "tiles", "special_values"})
+                          "mask_forms", "tiles", "special_values", "contracts"})
+    contracts = (Contract("agrees_with_weights_path", "agrees", {"need_weights": True},
+                          "need_weights=False (SDPA) computes what the need_weights=True path "
+                          "does"),)
 
 
 class TorchNNFast(TorchNN):
@@ -161,6 +164,9 @@ class TorchNNFast(TorchNN):
     kv_source = "self"
     features = TorchNN.features - {"weights", "grad", "cross"}
     need_weights = False
+    contracts = (Contract("agrees_with_weights_path", "agrees", {"need_weights": True},
+                          "the inference fast path computes what the need_weights=True path "
+                          "does"),)
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:

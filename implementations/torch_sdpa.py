@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from implementations.torch_common import ALL_LAYOUTS, SDPA_FULLY_MASKED_NAN, TorchCore, cuda_available
 from suite import cache, probes
 from suite.adapters import AttendMask
-from suite.plugin import Deviation, Unsupported
+from suite.plugin import Contract, Deviation, Unsupported
 
 
 def _has_gqa() -> bool:
@@ -223,6 +223,9 @@ def _variant(short: str, context: Callable[[], Any], dtypes: Dict[str, Sequence[
     class Variant(TorchSDPA):
         name = f"torch.sdpa[{short}]"
         runs = frozenset(forms)
+        contracts = (Contract("agrees_with_dispatch", "agrees", "torch.sdpa",
+                              f"the {short} kernel computes what SDPA's own choice of kernel "
+                              f"does"),)
 
         def devices(self) -> List[str]:
             return list(dtypes)

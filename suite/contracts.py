@@ -18,10 +18,21 @@ side (another of its names, or itself with the option set otherwise) on the same
   cannot tell (outcome ``unsupported``, never a pass). Bit-identical outputs on every
   problem fail: the option did nothing.
 
+- ``agrees``: two paths of one module (eager vs sdpa vs flex; fused vs unfused; compiled vs
+  eager; with and without weights) give the same answer: on every problem
+  max |a - b| <= bound_a + bound_b, each side's bound of the agreement rule on that problem
+  (two answers each within the rule of one function can differ by no more). Whether either
+  matches the oracle is the other families' verdict: a module that computes something the
+  problem cannot express (a soft-cap always on) fails them on both paths, and here only
+  where one path drops it.
+
 Problems: self-attention (query = key = value, so every kind of plugin takes them), B = 2,
 L = S = 32, E = 32, H = 4 (D = 8), with projection biases; odd-numbered ones are causal
 (top left, no row without a key: the masking family's policies do not enter). Each is built
 from a seed of the contract's name and its index, so a failing id replays the same arrays.
+For ``agrees`` (``agreement_problems``: ``N_AGREES`` of them) the first four are plain; the
+next four carry every score variant both sides declare (``AGREEMENT_VARIANTS``); where both
+declare ``gqa`` the third and fourth of each four have K = 2 key/value heads.
 """
 
 from __future__ import annotations
@@ -35,13 +46,16 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from suite import oracle
+from suite.agreement import Comparison
 from suite.cases import Case
 from suite.check import FAILED, Outcome, attempt, expressible, implementation_isa, judge
-from suite.plugin import Contract, Implementation, declared
+from suite.plugin import Contract, Implementation, Unsupported, declared
 from suite.problem import Mask, Problem, make_problem
 
 FAMILY = "contracts"
 N_PROBLEMS = 16
+# ``agrees`` needs no statistics (each problem is judged alone): half as many problems.
+N_AGREES = 8
 ALPHA = 0.01
 B, L, E, H = 2, 32, 32, 4
 
@@ -54,6 +68,45 @@ def problems(contract_name: str, n: int = N_PROBLEMS) -> List[Problem]:
         out.append(make_problem(seed, B, L, L, E, H, self_attention=True,
                                 mask=Mask(causal=bool(i % 2))).validate())
     return out
+
+
+# The variants an ``agrees`` problem carries when both sides declare them: a cap that bends
+# (cap 4 on logits up to ~10: inputs x3), ALiBi by distance, a T5 table (16 buckets, max
+# distance 10, bidirectional), sinks ~ N(0, 2^2), value heads twice as wide.
+AGREEMENT_VARIANTS = ("softcap", "alibi", "rel_bias", "sinks", "value_width")
+
+
+def agreement_problems(contract_name: str, shared: frozenset, n: int = N_AGREES
+                       ) -> List[Problem]:
+    """The ``agrees`` relation's problems for two sides declaring ``shared`` features (see
+    the module docstring)."""
+    from suite.variants import Alibi, RelBias, alibi_slopes
+
+    variants = [v for v in AGREEMENT_VARIANTS if v in shared]
+    out = []
+    for i in range(n):
+        seed = zlib.crc32(f"{FAMILY}/{contract_name}/{i}".encode())
+        rich = i >= 4 and bool(variants)
+        K = H // 2 if "gqa" in shared and i % 4 >= 2 else None
+        p = make_problem(seed, B, L, L, E, H, K, self_attention=True,
+                         mask=Mask(causal=bool(i % 2)), input_scale=3.0 if rich else 1.0,
+                         value_head_dim=2 * (E // H) if rich and "value_width" in variants
+                         else None)
+        if rich:
+            rng = np.random.default_rng(seed + 1)
+            p = dataclasses.replace(
+                p, softcap=4.0 if "softcap" in variants else None,
+                alibi=Alibi(alibi_slopes(H), "distance") if "alibi" in variants else None,
+                rel_bias=(RelBias(1.5 * rng.standard_normal((H, 16)), "t5", True, 10)
+                          if "rel_bias" in variants else None),
+                sinks=2.0 * rng.standard_normal(H) if "sinks" in variants else None)
+        out.append(p.validate())
+    return out
+
+
+def _described(p: Problem, i: int) -> str:
+    parts = ["causal" if p.mask.causal else "no mask"] + ([f"K = {p.K}"] if p.K != p.H else [])
+    return f"problem {i} ({', '.join(parts + sorted(p.features() & set(AGREEMENT_VARIANTS)))})"
 
 
 def sign_test(wins: int, losses: int) -> Tuple[float, float]:
@@ -77,8 +130,8 @@ def rms_error(got: np.ndarray, ref: np.ndarray) -> float:
 
 def other_side(impl: Implementation, contract: Contract) -> Implementation:
     """The other side of ``contract``: ``impl``'s class with the option's attributes set
-    otherwise, or the plugin registered under the name (this process's registry, else a class
-    of ``impl``'s module named so)."""
+    otherwise, or the plugin named so: a class of the module of ``impl``'s class or of one
+    of its bases, else this process's registry."""
     if not isinstance(contract.against, str):
         cls = type(impl)
         variant = type(f"{cls.__name__}_against", (cls,), {
@@ -86,10 +139,12 @@ def other_side(impl: Implementation, contract: Contract) -> Implementation:
             "contracts": (), "__module__": cls.__module__})
         return variant()
     name = contract.against
-    module = sys.modules.get(type(impl).__module__)
-    for obj in vars(module).values() if module else ():
-        if isinstance(obj, type) and getattr(obj, "name", None) == name and hasattr(obj, "prepare"):
-            return obj()
+    # the module of the plugin's class, then those of its bases (a subclass elsewhere)
+    for module in dict.fromkeys(sys.modules.get(c.__module__) for c in type(impl).__mro__):
+        for obj in vars(module).values() if module else ():
+            if isinstance(obj, type) and getattr(obj, "name", None) == name \
+                    and hasattr(obj, "prepare"):
+                return obj()
     from suite.registry import shared
 
     entry = shared().entries.get(name)
@@ -133,6 +188,8 @@ def judge_contract(contract: Contract, impl: Implementation, out: Outcome,
         return out.classify("unsupported", f"the other side ({contract.against_text()}) "
                                            f"does not run {out.dtype} on {out.device}")
     this_name = declared(impl, "name") or type(impl).__name__
+    if contract.relation == "agrees":
+        return _judge_agrees(contract, impl, other, out, this_name)
     identical, wins, losses, errs, broken = 0, 0, 0, [], None
     for i, base in enumerate(problems(contract.name)):
         base = expressible(other, expressible(impl, base))
@@ -186,6 +243,72 @@ def judge_contract(contract: Contract, impl: Implementation, out: Outcome,
                                     f"p = {p_loss:.2g} <= {ALPHA} for farther; {said}")
     return out.classify("unsupported", f"cannot tell: {counts}; sign test p = {p_win:.2g} > "
                                        f"{ALPHA}; {said}")
+
+
+def _output(verdict: Outcome) -> Optional[Comparison]:
+    return next((c for c in verdict.comparisons if c.what == "output"), None)
+
+
+def _judge_agrees(contract: Contract, impl: Implementation, other: Implementation,
+                  out: Outcome, this_name: str) -> Outcome:
+    """The ``agrees`` relation: every problem's two outputs within bound_a + bound_b."""
+    shared = frozenset(declared(impl, "features") or ()) & frozenset(
+        declared(other, "features") or ())
+    other_name = declared(other, "name") or contract.against_text()
+    said = f"{this_name} vs {other_name} ({contract.reason})"
+    worst: Optional[Tuple[float, Comparison, str]] = None
+    carried, skipped = set(), []
+    for i, base in enumerate(agreement_problems(contract.name, shared)):
+        try:
+            p = expressible(other, expressible(impl, base))
+        except Unsupported as exc:
+            skipped.append(f"{_described(base, i)}: {exc}")
+            continue
+        sides = []
+        for side, name in ((impl, this_name), (other, other_name)):
+            got, verdict = _run(side, _outcome_like(out, name), p)
+            if got is None and verdict.outcome == "unsupported":  # a problem it cannot take
+                skipped.append(f"{name} on {_described(p, i)}: {verdict.reason}")
+                break
+            if got is None:  # an error, or a result of the wrong kind
+                return out.classify(verdict.outcome, f"{name} on {_described(p, i)}: "
+                                                     f"{verdict.outcome}: {verdict.reason}")
+            mine = _output(verdict)
+            if mine is None:
+                return out.classify("error", f"{name} on {_described(p, i)}: no output "
+                                             f"comparison ({verdict.reason})")
+            sides.append((got, mine))
+        if len(sides) < 2:
+            continue
+        carried |= p.features() & set(AGREEMENT_VARIANTS)
+        (a, ca), (b, cb) = sides
+        same_nan = np.isnan(a) == np.isnan(b)
+        gap = (math.nan if not same_nan.all() else
+               float(np.nan_to_num(np.abs(a - b), nan=0.0).max(initial=0.0)))
+        # bound_a + bound_b as one comparison (both sides' k is the forward rule's)
+        pair = Comparison(f"output vs {other_name}", gap,
+                          ca.baseline + cb.baseline, ca.k, ca.atol + cb.atol)
+        where = (f"{_described(p, i)}: max |a - b| {gap:.3g} vs bound {pair.bound:.3g} "
+                 f"(= {this_name}'s {ca.bound:.3g} + the other's {cb.bound:.3g}); "
+                 f"against the oracle: {this_name} err {ca.err:.3g}, "
+                 f"{other_name} err {cb.err:.3g}")
+        if not pair.passed:
+            out.comparisons = [pair]
+            what = ("NaN in different entries" if math.isnan(gap) else "the paths disagree")
+            return out.classify("fail", f"agrees: {what} on {where}; {said}")
+        ratio = gap / pair.bound if pair.bound > 0 else 0.0
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, pair, where)
+    if worst is None:
+        return out.classify("unsupported", f"agrees: no problem both sides run ("
+                                           f"{'; '.join(skipped[:3])}); {said}")
+    out.comparisons = [worst[1]]
+    ran = N_AGREES - len(skipped)
+    left = (f"; {len(skipped)} left out as one side cannot take them (first: {skipped[0]})"
+            if skipped else "")
+    return out.classify("pass", f"agrees: within the bound on all {ran} problems both run "
+                                f"(variants carried: {', '.join(sorted(carried)) or 'none'}); "
+                                f"nearest its bound on {worst[2]}{left}; {said}")
 
 
 class ContractCase(Case):

@@ -233,6 +233,12 @@ RELATIONS: Dict[str, str] = {
                "passes the agreement rule on its own problem",
     "closer_to_oracle": "this side's error against the float64 oracle is smaller than the "
                         "other side's on the same problems: a one-sided sign test over them",
+    "agrees": "another path of the same module (eager vs sdpa vs flex, fused vs unfused, "
+              "compiled vs eager, with and without weights): on every problem the two outputs "
+              "are within the sum of the two sides' bounds of the rule of each other (two "
+              "answers each within the rule of one function can differ by no more), whether "
+              "or not either matches the oracle; the problems carry the score variants both "
+              "declare",
 }
 
 
