@@ -111,6 +111,11 @@ class HFModelCore(TorchModuleCore):
             name = self.layers.get(role)
             target = model.out_linear if name is None else layer.get_submodule(name)
             load_param(target, param)
+        self.load_variants(model, p)
+
+    def load_variants(self, model: torch.nn.Module, p: Problem) -> None:
+        """Put the problem's score variants the layer holds as parameters (a model's sinks)
+        into it; nothing by default (a config carries the rest)."""
 
     def read_weights(self, model: torch.nn.Module) -> Dict[str, np.ndarray]:
         """The weights the first attention layer holds (``layers`` are paths in it; the added
@@ -296,6 +301,44 @@ class HFModelGemma2(HFModelLlama):
             attention_dropout=0.0, **_small(p))
 
 
+class HFModelGptOss(HFModelLlama):
+    """``GptOssModel``: a learned sink per head (``sinks``: the problem's, or -inf, whose
+    exp is 0, without one) joins its softmax's denominator, one sliding-window layer
+    (``create_sliding_window_causal_mask``), GQA, rotary on half-width cos/sin (identity
+    here). Its flex path refuses sinks on a CPU (transformers raises); it has no sdpa."""
+
+    window = True
+    attns = ("eager", "flex")
+    features = HFModelLlama.features | {"bool_mask", "sinks"}
+    mask_forms = HFModelLlama.mask_forms | {"local_window+causal_flag"}
+
+    def config(self, p):
+        _even_head_width(p)
+        return transformers.GptOssConfig(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
+            sliding_window=self.sliding_window(p), layer_types=["sliding_attention"],
+            attention_bias=p.weights.b_q is not None, attention_dropout=0.0,
+            num_local_experts=2, num_experts_per_tok=1, **_small(p))
+
+    def call(self, model, query, key, value, mask, need_weights):
+        try:
+            return super().call(model, query, key, value, mask, need_weights)
+        except ValueError as exc:  # the flex path refuses sinks on a CPU (transformers 5.x)
+            if "sinks" in str(exc) and "CPU" in str(exc):
+                raise Unsupported(f"transformers refuses: {exc}") from exc
+            raise
+
+    def load_variants(self, model, p):
+        sinks = np.full(p.H, -np.inf) if p.sinks is None else np.asarray(p.sinks, np.float64)
+        self.first_attention(model).sinks.copy_(torch.as_tensor(sinks))
+
+    def position_embeddings(self, query, p):
+        """Identity rotary on half the head width (its ``_apply_rotary_emb`` splits the head
+        in two halves, each multiplied by cos (B, L, D/2))."""
+        cos = torch.ones(*query.shape[:2], p.D // 2, device=query.device, dtype=query.dtype)
+        return cos, torch.zeros_like(cos)
+
+
 class HFModelGPT2(HFModelCore):
     """``GPT2Model``: packed ``Conv1D`` q/k/v ``c_attn`` (E, 3E), ``c_proj``; causal."""
 
@@ -346,7 +389,8 @@ class HFModelBertDecoder(HFModelBert):
 
 
 _MODELS = {"llama": HFModelLlama, "mistral": HFModelMistral, "gemma2": HFModelGemma2,
-           "gpt2": HFModelGPT2, "bert": HFModelBert, "bert_decoder": HFModelBertDecoder}
+           "gpt_oss": HFModelGptOss, "gpt2": HFModelGPT2, "bert": HFModelBert,
+           "bert_decoder": HFModelBertDecoder}
 _VERSIONS = f"transformers {transformers.__version__}, torch {torch.__version__}"
 # The whole model's attention paths behave as the single layers' (hf_transformers): measured
 # here once the square self-attention forms reached their padding and NaN cases.

@@ -176,6 +176,17 @@ def _sinks_fully_masked(seed):
     return dataclasses.replace(p, sinks=_sinks(seed, VH))
 
 
+@case(FAMILY, "sinks_self_causal_padding")
+def _sinks_self(seed):
+    """A whole model's form (one input is query, key and value; causal top-left; key
+    padding (11, 6, 0): batch 2 sees no key at all) with sinks, as gpt-oss runs them: the
+    rows with no key attend only to their sink (a zero head output), the rest sum to less
+    than 1."""
+    p = make_problem(seed, VB, VL, VL, VE, VH, self_attention=True, input_scale=2.0,
+                     mask=Mask(valid_lens=np.array([11, 6, 0]), causal=True))
+    return dataclasses.replace(p, sinks=_sinks(seed, VH))
+
+
 @case(FAMILY, "sinks_causal_bottom_right_long_query")
 def _sinks_br(seed):
     """Sinks, bottom-right causal with Lq = 12 > Lk = 7: the first 5 rows see no key."""

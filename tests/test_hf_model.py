@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 from implementations import hf_model  # noqa: E402  (after the importorskips)
 
 MODELS = {"llama": ("eager", "sdpa", "flex"), "mistral": ("eager", "sdpa", "flex"),
-          "gemma2": ("eager", "flex"), "gpt2": ("eager", "sdpa"), "bert": ("eager", "sdpa", "flex"),
+          "gemma2": ("eager", "flex"), "gpt_oss": ("eager", "flex"), "gpt2": ("eager", "sdpa"),
+          "bert": ("eager", "sdpa", "flex"),
           "bert_decoder": ("eager", "sdpa", "flex")}
 
 
@@ -165,6 +166,39 @@ def test_gemma2_soft_caps_as_the_problem_says_and_a_path_that_drops_it_fails():
     planted = type("Planted", (_NoSoftcap, type(impl)), {"name": "bug.no_softcap"})()
     assert run(planted, case).outcome == "fail"
     assert _run_form(planted, "causal_flag+kpm_bool").outcome == "pass"
+
+
+class _NoSinks:
+    """A model whose sinks never leave their -inf (a port that forgets the learned sinks)."""
+
+    def load_variants(self, model, p):
+        self.first_attention(model).sinks.fill_(float("-inf"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpt_oss_takes_the_problems_sinks_and_a_model_that_drops_them_fails(dtype):
+    """gpt-oss's learned sinks are the problem's: its eager path passes the sinks cases it
+    can take (the self-attention form, batch 2 with no key attending only to its sink), one
+    that drops them fails, and without sinks (-inf) it is the textbook model."""
+    impl = _impl("hf.model.gpt_oss[eager]")
+    case = _variant_case("sinks_self_causal_padding")
+
+    def run(impl, case):
+        out = Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed, "pass")
+        return case.run(impl, out)
+
+    assert run(impl, case).outcome == "pass", run(impl, case).reason
+    planted = type("Planted", (_NoSinks, type(impl)), {"name": "bug.no_sinks"})()
+    failed = run(planted, case)
+    assert failed.outcome == "fail", failed.reason
+    assert _run_form(impl, "causal_flag+kpm_bool").outcome == "pass"
+
+
+def test_gpt_oss_flex_on_a_cpu_is_unsupported_with_the_librarys_words():
+    impl = _impl("hf.model.gpt_oss[flex]")
+    out = _run_form(impl, "causal_flag")
+    assert out.outcome == "unsupported", out.reason
+    assert "Attention sinks cannot be run on CPU" in out.reason
 
 
 def test_gemma2_takes_the_problems_scale_as_its_int_query_pre_attn_scalar():

@@ -266,8 +266,8 @@ CAP = {"combined", "softcap_valid_lens", "softcap_causal_bottom_right_long_query
        "softcap_large_logits", "softcap_inf_score", "softcap_self_causal_padding"}
 ALIBI = {"combined", "alibi_key_causal", "alibi_distance_bottom_right",
          "alibi_signed_long_query", "alibi_distance_six_heads", "alibi_key_self_causal_padding"}
-SINKS = {"combined", "sinks_fully_masked", "sinks_causal_bottom_right_long_query",
-         "sinks_large_logits"}
+SINKS = {"combined", "sinks_fully_masked", "sinks_self_causal_padding",
+         "sinks_causal_bottom_right_long_query", "sinks_large_logits"}
 REL = {"combined", "rel_t5_bidirectional", "rel_t5_causal_decoder", "rel_clip_bottom_right"}
 PLANTED = {
     planted.DropsCap: CAP,

@@ -125,8 +125,13 @@ def test_random_shapes(target, conform, request, listed_known_failure, listed_to
         except AssertionError as exc:
             out.comparisons = tried[-1].comparisons
             return out.classify(tried[-1].outcome, str(exc).splitlines()[0])
+        refused = [o for o in tried if o.outcome == "unsupported"]
+        if tried and len(refused) == len(tried):  # nothing was judged: no verdict, no pass
+            return out.classify("unsupported", f"all {len(tried)} examples unsupported (first: "
+                                               f"{refused[0].reason})")
         comparisons = [c for o in tried for c in o.comparisons]
         out.comparisons = [max(comparisons, key=lambda c: c.err / c.bound)] if comparisons else []
-        return out.classify("pass", f"{len(tried)} examples")
+        return out.classify("pass", f"{len(tried)} examples" + (
+            f" ({len(refused)} of them unsupported)" if refused else ""))
 
     conform("hypothesis", "random_shapes", 0, judge)
