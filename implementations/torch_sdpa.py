@@ -65,6 +65,8 @@ def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
 
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
+    # SDPA takes value heads of their own width (E_v != E: multi-head latent attention)
+    features = TorchCore.features | {"value_width"}
     layouts = ALL_LAYOUTS  # SDPA takes strided views, slices and expanded tensors as they come
     repeat_kv = not HAS_GQA
     mask_forms = SDPA_FORMS
@@ -128,7 +130,7 @@ def kernel_context(short: str) -> Optional[Callable[[], Any]]:
 # no GQA, no gradient through a masked call: "No available kernel") leaves it undeclared,
 # so those cases are unsupported, never errors.
 FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask",
-         "qkv_strided")
+         "qkv_strided", "value_width")
 # Layouts whose q/k/v last dimension is strided (suite.layouts): a backend that refuses
 # "qkv_strided" (flash on the CPU: "No available kernel") does not declare them.
 LAST_STRIDED_LAYOUTS = frozenset({"last_strided", "channels_last"})
@@ -151,6 +153,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
             kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype).transpose(-1, -2)
         elif form == "qkv_strided":  # q, k, v (B, H, L, D) whose last dimension is strided
             q = k = v = torch.randn(1, 2, 16, 8, device=device, dtype=dtype).transpose(-1, -2)
+        elif form == "value_width":  # value heads twice as wide as query/key heads
+            v = torch.randn(1, 2, 8, 32, device=device, dtype=dtype)
         elif form == "gqa":
             k = v = torch.randn(1, 1, 8, 16, device=device, dtype=dtype)  # (B, K=1, S, D)
             if HAS_GQA:
@@ -204,6 +208,8 @@ def declared(forms: Sequence[str]) -> frozenset:
         features -= {"gqa"}
     if "grad" not in forms:
         features -= {"grad"}
+    if "value_width" not in forms:
+        features -= {"value_width"}
     return frozenset(features)
 
 

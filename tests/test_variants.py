@@ -303,7 +303,10 @@ def test_a_planted_variant_bug_fails_its_cases_and_only_those(plugin):
 
 @pytest.mark.parametrize("plugin, cases", [
     ("TorchDropsCap", CAP), ("TorchSlopesReversed", ALIBI),
-    ("TorchAlibiTopLeft", {"combined", "alibi_distance_bottom_right"})])
+    ("TorchAlibiTopLeft", {"combined", "alibi_distance_bottom_right"}),
+    # SDPA runs no score variant (combined: unsupported); value_width_narrow's columns run
+    # past the projection (an error)
+    ("SDPAKeyWidthValues", {"value_width_wide_gqa", "value_width_narrow"})])
 def test_a_planted_variant_bug_on_torch_fails_its_cases(plugin, cases):
     pytest.importorskip("torch")
     import variants_planted_torch
@@ -376,9 +379,14 @@ def test_the_other_builtins_declare_no_variant():
     from implementations.torch_compiled import TorchCompiled
     from implementations.torch_sdpa import TorchSDPA
 
-    assert not (TorchCompiled.features | TorchSDPA.features) & VARIANT_FEATURES
+    assert not TorchCompiled.features & VARIANT_FEATURES
+    # SDPA takes value heads of their own width (E_v != E) and no score variant
+    assert TorchSDPA.features & VARIANT_FEATURES == {"value_width"}
     sdpa = _run(TorchSDPA(), "softcap_valid_lens")
     assert sdpa.outcome == "unsupported" and "needs softcap" in sdpa.reason
+    for name in ("value_width_wide_gqa", "value_width_narrow"):
+        out = _run(TorchSDPA(), name)
+        assert out.outcome == "pass", (name, out.reason)
 
 
 # --- gradients, grouping, replay --------------------------------------------------------------

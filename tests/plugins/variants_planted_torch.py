@@ -1,10 +1,14 @@
-"""Planted bugs in the score variants on torch: torch.eager with one variant wrong."""
+"""Planted bugs in the score variants on torch: torch.eager with one variant wrong, and SDPA
+with its value heads split at the key width."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from implementations.torch_eager import TorchEager
+from implementations.torch_sdpa import TorchSDPA
 
 
 def _with(mask, **changes):
@@ -45,3 +49,22 @@ class TorchAlibiTopLeft(TorchEager):
         if alibi is not None:
             mask = _with(mask, alibi=dataclasses.replace(alibi, align="top_left"))
         return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class SDPAKeyWidthValues(TorchSDPA):
+    """SDPA whose caller splits the value projection at the query/key head width (a port of
+    a latent-attention module that views values like keys): head h reads value columns
+    [h*D, h*D + V) instead of [h*V, (h+1)*V)."""
+
+    name = "bug.sdpa_key_width_values"
+
+    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+        p = problem
+        if p.V != p.D:  # the columns this caller reads, gathered into the canonical layout
+            cols = np.concatenate([np.arange(h * p.D, h * p.D + p.V) for h in range(p.K)])
+            w = p.weights
+            if cols.max() >= w.w_v.shape[1]:
+                raise IndexError(f"value column {cols.max()} of {w.w_v.shape[1]}")
+            p = dataclasses.replace(p, weights=dataclasses.replace(
+                w, w_v=w.w_v[:, cols], b_v=None if w.b_v is None else w.b_v[cols]))
+        return super().prepare(p, device, dtype, need_weights=need_weights, grad=grad)
