@@ -6,6 +6,7 @@ that lacks a variant's feature reports it unsupported."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 
@@ -453,3 +454,34 @@ def test_a_variant_problem_replays_from_its_saved_arrays(tmp_path):
     repro.save_problem(tmp_path / "own.npz", own)
     with pytest.raises(repro.ReproError, match="later_keys_penalty"):
         repro.load_problem(tmp_path / "own.npz")
+
+
+# --- the random shapes draw the variants a plugin declares --------------------------------------
+def test_random_shapes_draw_each_declared_variant_and_none_undeclared():
+    from hypothesis import HealthCheck, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    from suite.conformance.test_hypothesis import problems
+
+    quick = settings(max_examples=200, database=None, suppress_health_check=list(HealthCheck))
+    every = NumpyMHA.features
+    for field in ("softcap", "alibi", "sinks", "rel_bias"):
+        p = find(problems(every), lambda p, f=field: getattr(p, f) is not None, settings=quick)
+        assert p.validate() is p
+    assert find(problems(every), lambda p: p.V != p.D, settings=quick).V != 0
+    bare = every - VARIANT_FEATURES
+    with pytest.raises(NoSuchExample):
+        find(problems(bare), lambda p: p.has_variants(), settings=quick)
+    # one input for query, key and value where the plugin takes only that
+    p = find(problems(every, True), lambda p: p.L > 1, settings=quick)
+    assert p.query is p.key is p.value
+
+
+def test_a_planted_variant_bug_fails_the_random_shapes(tmp_path, cli):
+    """The drawn variants reach a wrong kernel: the cap dropped fails the hypothesis family."""
+    out = tmp_path / "c.json"
+    proc = cli("check", "--workers", "1", "--plugin", str(PLUGINS / "variants_planted.py"),
+               "--impl", "bug.drops_cap", "--dtype", "float32", "-k", "random_shapes",
+               "--json", str(out))
+    (rec,) = json.loads(out.read_text())["results"]
+    assert rec["outcome"] == "fail" and "B=" in rec["reason"], (rec, proc.stdout[-2000:])

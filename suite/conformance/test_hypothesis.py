@@ -33,15 +33,18 @@ INTERPRETED_EXAMPLES = 5
 
 
 @st.composite
-def problems(draw, features: frozenset):
-    """A seeded problem within small bounds, using only ``features``."""
+def problems(draw, features: frozenset, self_attention: bool = False):
+    """A seeded problem within small bounds, using only ``features``; ``self_attention``:
+    one input as query, key and value (a plugin with ``kv_source = "self"``, which takes
+    no other problem). The score variants the plugin declares are drawn last, so a plugin
+    declaring none draws what it always drew."""
     H = draw(st.integers(1, 6))
     K = draw(st.sampled_from([k for k in range(1, H + 1) if H % k == 0])) \
         if "gqa" in features else H
     D = draw(st.integers(1, 9))
     B = draw(st.integers(1, 3))
     L = draw(st.integers(1, 24))
-    S = draw(st.integers(1, 24)) if "cross" in features else L
+    S = draw(st.integers(1, 24)) if "cross" in features and not self_attention else L
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
     kw = {}
@@ -61,7 +64,47 @@ def problems(draw, features: frozenset):
     # Keep key 0 visible so no row is fully masked (that behaviour has its own cases).
     if kw.get("causal_align") == "bottom_right" and L > S:  # its first L - S rows see nothing
         del kw["causal"], kw["causal_align"]
-    return make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw))
+    V = None
+    if "value_width" in features and draw(st.booleans()):
+        V = draw(st.sampled_from([v for v in range(1, 10) if v != D]))
+    p = make_problem(seed, B, L, S, H * D, H, K, mask=Mask(**kw), value_head_dim=V,
+                     self_attention=self_attention, input_scale=2.0 if features & VARIANTS
+                     else 1.0)
+    return draw_variants(draw, p, features, rng)
+
+
+# The score variants the random shapes draw (each with probability 1/2 where declared).
+VARIANTS = frozenset({"softcap", "alibi", "rel_bias", "sinks"})
+
+
+def draw_variants(draw, p, features: frozenset, rng: np.random.Generator):
+    """``p`` with each score variant ``features`` declares drawn in (or not): a cap in
+    [1, 30], ALiBi's slopes in a drawn convention and alignment, sinks ~ N(0, 2^2), a
+    relative table (T5's or a clipped distance, either direction)."""
+    import dataclasses
+
+    from suite.variants import ALIBI_CONVENTIONS, ALIGNS, Alibi, RelBias, alibi_slopes
+
+    out = {}
+    if "softcap" in features and draw(st.booleans()):
+        out["softcap"] = draw(st.floats(1.0, 30.0))
+    if "alibi" in features and draw(st.booleans()):
+        out["alibi"] = Alibi(alibi_slopes(p.H), draw(st.sampled_from(sorted(ALIBI_CONVENTIONS))),
+                             draw(st.sampled_from(ALIGNS)))
+    if "sinks" in features and draw(st.booleans()):
+        out["sinks"] = 2.0 * rng.standard_normal(p.H)
+    if "rel_bias" in features and draw(st.booleans()):
+        bucketing = draw(st.sampled_from(["t5", "clip"]))
+        both = draw(st.booleans())
+        if bucketing == "t5":  # exact buckets below n/2 (n/4 both ways), max_distance past them
+            n = draw(st.integers(4, 16))
+            far = draw(st.integers((n // 2 if both else n) // 2 + 1, 24))
+        else:
+            far = draw(st.integers(1, 12))
+            n = 2 * far + 1 if both else far + 1
+        out["rel_bias"] = RelBias(1.5 * rng.standard_normal((p.H, n)), bucketing, both, far,
+                                  draw(st.sampled_from(ALIGNS)))
+    return dataclasses.replace(p, **out) if out else p
 
 
 def gqa_examples(features: frozenset) -> list:
@@ -115,7 +158,8 @@ def test_random_shapes(target, conform, request, listed_known_failure, listed_to
         # plugin compiles each new shape) and its reason still says n examples
         check = settings(max_examples=max(1, n - len(fixed)), derandomize=True, deadline=None, database=None,
                          phases=phases, suppress_health_check=list(HealthCheck),
-                         print_blob=True)(given(problems(features))(check))
+                         print_blob=True)(given(problems(
+                             features, declared(impl, "kv_source") == "self"))(check))
         try:
             check()
         except FlakyFailure as exc:  # failed once, passed when Hypothesis replayed it
