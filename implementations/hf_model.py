@@ -184,19 +184,25 @@ class HFModelCore(TorchModuleCore):
         return {"attention_mask": torch.as_tensor(keep.astype(np.int64), device=device),
                 "problem": problem}
 
+    def layer_inputs(self, args: tuple, kwargs: Dict[str, Any], query: torch.Tensor,
+                     p: Problem) -> Tuple[tuple, Dict[str, Any]]:
+        """The first attention layer's arguments with the problem's query as its hidden
+        states (and identity rotary embeddings for ``rotary``)."""
+        if args:
+            args = (query, *args[1:])
+        else:
+            kwargs = {**kwargs, "hidden_states": query}
+        if self.rotary:
+            kwargs = {**kwargs, "position_embeddings": self.position_embeddings(query, p)}
+        return args, kwargs
+
     def call(self, model, query, key, value, mask, need_weights):
         p = mask["problem"]
         captured: Dict[str, Any] = {}
         layer = self.first_attention(model)
 
         def feed(module, args, kwargs):  # the problem's query as the layer's hidden states
-            if args:
-                args = (query, *args[1:])
-            else:
-                kwargs = {**kwargs, "hidden_states": query}
-            if self.rotary:
-                kwargs = {**kwargs, "position_embeddings": self.position_embeddings(query, p)}
-            return args, kwargs
+            return self.layer_inputs(args, kwargs, query, p)
 
         def take(module, args, output):
             captured["out"] = output
@@ -339,6 +345,59 @@ class HFModelGptOss(HFModelLlama):
         return cos, torch.zeros_like(cos)
 
 
+class HFModelBloom(HFModelCore):
+    """``BloomModel``: ALiBi always on, its own slopes (``build_alibi_tensor``: each head's
+    slope times the key's position among the unpadded keys), fixed scale 1/sqrt(D), q/k/v
+    fused per head (``query_key_value``: (H, 3, D) rows), the residual added inside the
+    attention layer (zeroed here, so the layer's output is the attention's), causal, its
+    softmax in float32. The model cannot leave ALiBi out nor take other slopes: it runs the
+    problems whose ALiBi is its own (slopes ``alibi_slopes(H)``, by key position or by the
+    signed distance, which softmax cannot tell apart), and no other."""
+
+    attention = "h.0.self_attention"
+    layers = {"q": None, "k": None, "v": None, "o": "dense"}
+    attns = ("eager",)  # BloomModel has its own attention code only
+    features = HFModelCore.features | {"alibi"}
+
+    def config(self, p):
+        return transformers.BloomConfig(hidden_size=p.E, n_head=p.H, n_layer=1, vocab_size=8,
+                                        attention_dropout=0.0, hidden_dropout=0.0)
+
+    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
+        from suite.variants import alibi_slopes
+
+        a = problem.alibi
+        if a is None:
+            raise Unsupported("BLOOM always adds ALiBi (its own slopes); the problem has none")
+        if a.convention not in ("key", "signed") or not np.array_equal(
+                np.asarray(a.slopes), alibi_slopes(problem.H)):
+            raise Unsupported(f"BLOOM's ALiBi is its own: slopes alibi_slopes(H) by key "
+                              f"position; the problem's is {a.convention} with other slopes"
+                              if a.convention in ("key", "signed") else
+                              f"BLOOM's ALiBi is by key position, the problem's by "
+                              f"{a.convention}")
+        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+
+    def load_weights(self, model, p):
+        layer = self.first_attention(model)
+        w, H, D, E = p.weights, p.H, p.D, p.E
+        fused = np.stack([m.reshape(E, H, D) for m in (w.w_q, w.w_k, w.w_v)], axis=2)
+        layer.query_key_value.weight.copy_(torch.as_tensor(fused.reshape(E, 3 * E).T))
+        bias = (np.zeros(3 * E) if w.b_q is None else
+                np.stack([b.reshape(H, D) for b in (w.b_q, w.b_k, w.b_v)], axis=1).ravel())
+        layer.query_key_value.bias.copy_(torch.as_tensor(bias))
+        load_param(layer.dense, adapters.to_linear(w)["o"])
+
+    def layer_inputs(self, args, kwargs, query, p):
+        """The query as hidden states and a zero residual (the block's own is its input)."""
+        args, kwargs = super().layer_inputs(args, kwargs, query, p)
+        if len(args) > 1:
+            args = (args[0], torch.zeros_like(query), *args[2:])
+        else:
+            kwargs = {**kwargs, "residual": torch.zeros_like(query)}
+        return args, kwargs
+
+
 class HFModelGPT2(HFModelCore):
     """``GPT2Model``: packed ``Conv1D`` q/k/v ``c_attn`` (E, 3E), ``c_proj``; causal."""
 
@@ -389,7 +448,8 @@ class HFModelBertDecoder(HFModelBert):
 
 
 _MODELS = {"llama": HFModelLlama, "mistral": HFModelMistral, "gemma2": HFModelGemma2,
-           "gpt_oss": HFModelGptOss, "gpt2": HFModelGPT2, "bert": HFModelBert,
+           "gpt_oss": HFModelGptOss, "bloom": HFModelBloom, "gpt2": HFModelGPT2,
+           "bert": HFModelBert,
            "bert_decoder": HFModelBertDecoder}
 _VERSIONS = f"transformers {transformers.__version__}, torch {torch.__version__}"
 # The whole model's attention paths behave as the single layers' (hf_transformers): measured

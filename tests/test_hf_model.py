@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 from implementations import hf_model  # noqa: E402  (after the importorskips)
 
 MODELS = {"llama": ("eager", "sdpa", "flex"), "mistral": ("eager", "sdpa", "flex"),
-          "gemma2": ("eager", "flex"), "gpt_oss": ("eager", "flex"), "gpt2": ("eager", "sdpa"),
+          "gemma2": ("eager", "flex"), "gpt_oss": ("eager", "flex"), "bloom": ("eager",),
+          "gpt2": ("eager", "sdpa"),
           "bert": ("eager", "sdpa", "flex"),
           "bert_decoder": ("eager", "sdpa", "flex")}
 
@@ -192,6 +193,38 @@ def test_gpt_oss_takes_the_problems_sinks_and_a_model_that_drops_them_fails(dtyp
     failed = run(planted, case)
     assert failed.outcome == "fail", failed.reason
     assert _run_form(impl, "causal_flag+kpm_bool").outcome == "pass"
+
+
+class _SlopesReversed:
+    """BLOOM's ALiBi tensor with its heads in reverse order (a port that lays out the
+    (B*H, 1, S) bias head-minor)."""
+
+    def layer_inputs(self, args, kwargs, query, p):
+        args, kwargs = super().layer_inputs(args, kwargs, query, p)
+        a = kwargs["alibi"]
+        kwargs["alibi"] = a.view(p.B, p.H, *a.shape[1:]).flip(1).reshape(a.shape)
+        return args, kwargs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bloom_adds_its_own_alibi_and_a_model_with_its_slopes_reversed_fails(dtype):
+    """BLOOM's ALiBi (its slopes by key position) is always on: it runs the problems whose
+    ALiBi is its own and passes them; reversed slopes fail; a problem without ALiBi, or with
+    other slopes, is unsupported, never judged against a model that adds them anyway."""
+    impl = _impl("hf.model.bloom[eager]")
+    case = _variant_case("alibi_key_self_causal_padding")
+
+    def run(impl, case):
+        out = Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed, "pass")
+        return case.run(impl, out)
+
+    assert run(impl, case).outcome == "pass", run(impl, case).reason
+    planted = type("Planted", (_SlopesReversed, type(impl)), {"name": "bug.bloom_reversed"})()
+    assert run(planted, case).outcome == "fail"
+    plain = _run_form(impl, "causal_flag+kpm_bool")
+    assert plain.outcome == "unsupported" and "always adds ALiBi" in plain.reason
+    other = _variant_case("alibi_distance_six_heads")
+    assert run(impl, other).outcome == "unsupported"
 
 
 def test_gpt_oss_flex_on_a_cpu_is_unsupported_with_the_librarys_words():
