@@ -114,8 +114,9 @@ def test_recompile_limit_new_name_wins_and_is_never_lowered(monkeypatch):
 
 def _flash_of_torch_2_4(monkeypatch):
     """SDPA whose pinned backend refuses a broadcast or non-contiguous mask, GQA, gradients
-    through a mask (what flash on the CPU of torch 2.4/2.5 answers: "No available kernel")
-    and q/k/v with a strided last axis (flash on the CPU of every torch)."""
+    through a mask (what flash on the CPU of torch 2.4/2.5 answers: "No available kernel"),
+    q/k/v with a strided last axis and value heads of another width (flash on the CPU of
+    every torch: measured on 2.13)."""
     import torch
     import torch.nn.functional as F
 
@@ -128,7 +129,8 @@ def _flash_of_torch_2_4(monkeypatch):
         if pinned["on"]:
             broadcast = attn_mask is not None and any(
                 m == 1 and n > 1 for m, n in zip(attn_mask.shape[:3], q.shape[:3])
-            ) or (attn_mask is not None and attn_mask.stride(-1) != 1) or q.stride(-1) != 1
+            ) or (attn_mask is not None and attn_mask.stride(-1) != 1) or q.stride(-1) != 1 \
+                or v.shape[-1] != q.shape[-1]
             if broadcast or q.shape[1] != k.shape[1] or kw.get("enable_gqa") or (
                     attn_mask is not None and q.requires_grad):
                 raise RuntimeError("No available kernel. Aborting execution.")

@@ -87,7 +87,7 @@ def draw_variants(draw, p, features: frozenset, rng: np.random.Generator):
 
     out = {}
     if "softcap" in features and draw(st.booleans()):
-        out["softcap"] = draw(st.floats(1.0, 30.0))
+        out["softcap"] = draw(st.integers(2, 60)) / 2.0
     if "alibi" in features and draw(st.booleans()):
         out["alibi"] = Alibi(alibi_slopes(p.H), draw(st.sampled_from(sorted(ALIBI_CONVENTIONS))),
                              draw(st.sampled_from(ALIGNS)))
