@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import signal
 import sys
 import time
@@ -34,6 +35,28 @@ KNOWN_KEY = "mha_suite_known_failure"  # an entry matched a test where its condi
 NEEDED_KEY = "mha_suite_known_needed"  # ... and absorbed the test's failure
 PASSED_KEY = "mha_suite_known_passed"  # ... and the test passed (the entry is wrong there)
 SESSION = pytest.StashKey["ConformanceSession"]()  # this run's session
+
+
+_TARGET = re.compile(r"^(?P<impl>.+?)-(?P<device>cpu-interpret|cpu|cuda(?::\d+)?)-"
+                     r"(?P<dtype>float64|float32|float16|bfloat16)(?:-(?P<case>[^/]+/.+))?$")
+
+
+def crash_record(nodeid: str, said: str) -> Optional[dict]:
+    """The record of a case whose process died while running it (pytest-xdist reports it
+    once, ``when="???"``): outcome ``error``, so the results file and the matrix show it."""
+    from suite.catalog import from_test
+    from suite.check import Outcome
+
+    test, _, params = nodeid.rpartition("::")[2].partition("[")
+    m = _TARGET.match(params.removesuffix("]"))
+    if not m:
+        return None
+    family, name = (m["case"].split("/", 1) if m["case"] else from_test(test, None))
+    out = Outcome(m["impl"], m["device"], m["dtype"], family or test, name, 0, "error",
+                  test_id=nodeid)
+    return out.classify("error", f"{said.splitlines()[0] if said else 'crashed'}: the process "
+                                 f"running it died (a crash in the library, such as a "
+                                 f"segfault); the run went on without it").record()
 
 
 class KnownFailuresError(ValueError):
@@ -284,6 +307,11 @@ class ConformanceSession:
             return
         if report.when == "call" and report.failed:
             self.failed += 1
+        if report.when == "???" and report.failed:  # pytest-xdist: a worker died in this test
+            self.failed += 1
+            crashed = crash_record(report.nodeid, str(report.longrepr))
+            if crashed is not None:
+                self.records.append(crashed)
         if report.when != "teardown":  # the last report of a test carries all its properties
             return
         for key, value in report.user_properties:

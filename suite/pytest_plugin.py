@@ -78,10 +78,60 @@ def pytest_configure(config: pytest.Config) -> None:
     # the JSON and prints the matrix) is registered here for a distributed conformance run.
     distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
     if (distributed and not hasattr(config, "workerinput") and not config.option.collectonly
-            and any(str(a).startswith("suite.conformance") for a in config.args)):
+            and _conformance_run(config)):
         from suite.conformance_session import ConformanceSession
 
         ConformanceSession.ensure(config)
+
+
+def _conformance_run(config: pytest.Config) -> bool:
+    return any(str(a).startswith("suite.conformance") for a in config.args)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """A conformance run's ``--dist loadgroup`` that survives a worker killed mid-case (a
+    compiler segfault): pytest-xdist 3.8's loadgroup queues the crashed case and finished
+    work again on the replacement worker, which crashes again, then stops with KeyError
+    (pytest-dev/pytest-xdist#1189, #1362) or hangs (#1323). Here the crashed case is reported
+    once, as xdist reports it, and only the dead worker's unfinished cases move on."""
+    if config.getvalue("dist") != "loadgroup" or not _conformance_run(config):
+        return None
+    return crash_safe_loadgroup()(config, log)
+
+
+def crash_safe_loadgroup() -> type:
+    """``LoadGroupScheduling`` whose ``remove_node`` forgets the dead worker's collection,
+    requeues its unfinished cases but the one it died in, and reschedules only workers
+    that have registered their collection."""
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadGroupScheduling
+
+    class CrashSafeLoadGroup(LoadGroupScheduling):
+        def remove_node(self, node):
+            workload = self.assigned_work.pop(node)
+            if not self._pending_of(workload):  # a worker that finished: as xdist does
+                return None
+            # a crashed one: its collection no longer counts toward a completed collection
+            self.registered_collections.pop(node, None)
+            crashitem = None
+            for scope, unit in workload.items():
+                left = OrderedDict((nid, False) for nid, done in unit.items() if not done)
+                if crashitem is None and left:  # the first unfinished case was running
+                    crashitem = next(iter(left))
+                    del left[crashitem]
+                if left:
+                    self.workqueue[scope] = left
+            for other in list(self.assigned_work):
+                self._reschedule(other)
+            return crashitem
+
+        def _reschedule(self, node):
+            if node in self.registered_collections:  # a replacement may still collect
+                super()._reschedule(node)
+
+    return CrashSafeLoadGroup
 
 
 @pytest.hookimpl(optionalhook=True)

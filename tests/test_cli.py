@@ -119,3 +119,22 @@ def test_the_conformance_run_asks_pytest_for_failures_and_errors_only():
     assert "-rfE" in args and args.index("-rfE") < args.index("-ra")
     assert not [a for a in conformance_args(argparse.Namespace(), None)
                 if a.startswith("-r") and a != "-rfE"]
+
+
+def test_a_worker_killed_mid_case_is_one_error_and_the_run_goes_on(tmp_path, cli):
+    """A kernel that kills its process (a compiler segfault) under two pytest-xdist workers:
+    pytest-xdist 3.8's loadgroup ran the case again on the replacement worker, crashed
+    again and then hung (or stopped with KeyError); the run now finishes, the case is one
+    error in the results and the matrix, and every other case is measured."""
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "crashes.py"), "--impl", "crash.*",
+               "--dtype", "float32", "-k", "shapes", "--workers", "2", "--json", str(out),
+               timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    bad = [r for r in records if r["outcome"] != "pass"]
+    assert len(records) == 28 and len(bad) == 1, bad
+    assert bad[0]["case"] == "query_length_1" and bad[0]["outcome"] == "error"
+    assert "the process running it died" in bad[0]["reason"]
+    assert proc.stdout.count("crashed while running") == 1
+    assert "crash.segfault: 1 error (shapes/query_length_1)" in proc.stdout
