@@ -119,11 +119,10 @@ class ScoreModIndicesSwapped(NumpyMHA):
         return super().modify(scores, swapped)
 
 
-class KeyWidthValues(NumpyMHA):
+class KeyWidthSplit:
     """Value heads split at the query/key head width: head h reads value columns
-    [h*D, h*D + V) instead of [h*V, (h+1)*V) (a kernel that strides values like keys)."""
-
-    name = "bug.key_width_values"
+    [h*D, h*D + V) instead of [h*V, (h+1)*V) (a kernel that strides values like keys);
+    mixed into a plugin before its base."""
 
     def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
         p = problem
@@ -135,6 +134,12 @@ class KeyWidthValues(NumpyMHA):
             p = dataclasses.replace(p, weights=dataclasses.replace(
                 w, w_v=w.w_v[:, cols], b_v=None if w.b_v is None else w.b_v[cols]))
         return super().prepare(p, device, dtype, need_weights=need_weights, grad=grad)
+
+
+class KeyWidthValues(KeyWidthSplit, NumpyMHA):
+    """numpy's reference with its value heads split at the key width."""
+
+    name = "bug.key_width_values"
 
 
 # --- a variant of the plugin's own: a modifier it declares and computes itself ---------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
+from variants_planted import KeyWidthSplit
 
 from implementations.torch_eager import TorchEager
 from implementations.torch_sdpa import TorchSDPA
@@ -51,20 +51,8 @@ class TorchAlibiTopLeft(TorchEager):
         return super().attend(q, k, v, mask, scale, need_weights)
 
 
-class SDPAKeyWidthValues(TorchSDPA):
+class SDPAKeyWidthValues(KeyWidthSplit, TorchSDPA):
     """SDPA whose caller splits the value projection at the query/key head width (a port of
-    a latent-attention module that views values like keys): head h reads value columns
-    [h*D, h*D + V) instead of [h*V, (h+1)*V)."""
+    a latent-attention module that views values like keys)."""
 
     name = "bug.sdpa_key_width_values"
-
-    def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
-        p = problem
-        if p.V != p.D:  # the columns this caller reads, gathered into the canonical layout
-            cols = np.concatenate([np.arange(h * p.D, h * p.D + p.V) for h in range(p.K)])
-            w = p.weights
-            if cols.max() >= w.w_v.shape[1]:
-                raise IndexError(f"value column {cols.max()} of {w.w_v.shape[1]}")
-            p = dataclasses.replace(p, weights=dataclasses.replace(
-                w, w_v=w.w_v[:, cols], b_v=None if w.b_v is None else w.b_v[cols]))
-        return super().prepare(p, device, dtype, need_weights=need_weights, grad=grad)
