@@ -307,7 +307,8 @@ def test_a_planted_variant_bug_fails_its_cases_and_only_those(plugin):
     ("TorchAlibiTopLeft", {"combined", "alibi_distance_bottom_right"}),
     # SDPA runs no score variant (combined: unsupported); value_width_narrow's columns run
     # past the projection (an error)
-    ("SDPAKeyWidthValues", {"value_width_wide_gqa", "value_width_narrow"})])
+    ("SDPAKeyWidthValues", {"value_width_wide_gqa", "value_width_narrow"}),
+    ("TorchForgetsSink", SINKS), ("TorchRelTableHeadsReversed", REL)])
 def test_a_planted_variant_bug_on_torch_fails_its_cases(plugin, cases):
     pytest.importorskip("torch")
     import variants_planted_torch

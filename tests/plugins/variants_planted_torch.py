@@ -1,5 +1,5 @@
-"""Planted bugs in the score variants on torch: torch.eager with one variant wrong, and SDPA
-with its value heads split at the key width."""
+"""Planted bugs in the score variants on torch: torch.eager with one variant wrong (the cap,
+ALiBi, a sink, the relative table), and SDPA with its value heads split at the key width."""
 
 from __future__ import annotations
 
@@ -56,3 +56,27 @@ class SDPAKeyWidthValues(KeyWidthSplit, TorchSDPA):
     a latent-attention module that views values like keys)."""
 
     name = "bug.sdpa_key_width_values"
+
+
+class TorchForgetsSink(TorchEager):
+    """Sinks declared and left out of the softmax's denominator."""
+
+    name = "bug.torch_forgets_sink"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.variants is not None:
+            mask = _with(mask, sinks=None)
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class TorchRelTableHeadsReversed(TorchEager):
+    """The relative position table's heads in reverse order (a port that lays out the
+    (H, buckets) table bucket-major)."""
+
+    name = "bug.torch_rel_heads_reversed"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        rel = None if mask.variants is None else mask.variants.rel_bias
+        if rel is not None:
+            mask = _with(mask, rel_bias=dataclasses.replace(rel, table=rel.table.flip(0)))
+        return super().attend(q, k, v, mask, scale, need_weights)
