@@ -44,6 +44,7 @@ from implementations.torch_common import TorchModuleCore
 from suite import adapters
 from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
+from suite.variants import alibi_slopes
 
 # The attention implementations a name may use, as transformers spells them.
 ATTN_IMPLEMENTATIONS = {"eager": "eager", "sdpa": "sdpa", "flex": "flex_attention"}
@@ -364,18 +365,15 @@ class HFModelBloom(HFModelCore):
                                         attention_dropout=0.0, hidden_dropout=0.0)
 
     def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
-        from suite.variants import alibi_slopes
-
         a = problem.alibi
         if a is None:
             raise Unsupported("BLOOM always adds ALiBi (its own slopes); the problem has none")
-        if a.convention not in ("key", "signed") or not np.array_equal(
-                np.asarray(a.slopes), alibi_slopes(problem.H)):
-            raise Unsupported(f"BLOOM's ALiBi is its own: slopes alibi_slopes(H) by key "
-                              f"position; the problem's is {a.convention} with other slopes"
-                              if a.convention in ("key", "signed") else
-                              f"BLOOM's ALiBi is by key position, the problem's by "
+        if a.convention not in ("key", "signed"):
+            raise Unsupported(f"BLOOM's ALiBi is by key position, the problem's by "
                               f"{a.convention}")
+        if not np.array_equal(np.asarray(a.slopes), alibi_slopes(problem.H)):
+            raise Unsupported("BLOOM's ALiBi slopes are its own (alibi_slopes(H)); the "
+                              "problem's are others")
         return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
 
     def load_weights(self, model, p):

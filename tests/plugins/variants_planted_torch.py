@@ -11,44 +11,72 @@ from implementations.torch_eager import TorchEager
 from implementations.torch_sdpa import TorchSDPA
 
 
-def _with(mask, **changes):
-    """``mask`` (an AttendMask of tensors) with its score variants changed."""
-    return mask.replace(variants=dataclasses.replace(mask.variants, **changes))
+class _ChangesOneVariant(TorchEager):
+    """torch.eager with the problem's ``field`` variant, where it has one, replaced by
+    ``changed(value)`` before attending."""
+
+    field = ""
+
+    def changed(self, value):
+        raise NotImplementedError
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        value = None if mask.variants is None else getattr(mask.variants, self.field)
+        if value is not None:
+            mask = mask.replace(variants=dataclasses.replace(
+                mask.variants, **{self.field: self.changed(value)}))
+        return super().attend(q, k, v, mask, scale, need_weights)
 
 
-class TorchDropsCap(TorchEager):
+class TorchDropsCap(_ChangesOneVariant):
     """Soft-capping declared and forgotten."""
 
     name = "bug.torch_drops_cap"
+    field = "softcap"
 
-    def attend(self, q, k, v, mask, scale, need_weights):
-        if mask.variants is not None:
-            mask = _with(mask, softcap=None)
-        return super().attend(q, k, v, mask, scale, need_weights)
+    def changed(self, cap):
+        return None
 
 
-class TorchSlopesReversed(TorchEager):
+class TorchSlopesReversed(_ChangesOneVariant):
     """ALiBi's slopes in the reverse head order."""
 
     name = "bug.torch_alibi_reversed"
+    field = "alibi"
 
-    def attend(self, q, k, v, mask, scale, need_weights):
-        alibi = None if mask.variants is None else mask.variants.alibi
-        if alibi is not None:
-            mask = _with(mask, alibi=dataclasses.replace(alibi, slopes=alibi.slopes.flip(0)))
-        return super().attend(q, k, v, mask, scale, need_weights)
+    def changed(self, alibi):
+        return dataclasses.replace(alibi, slopes=alibi.slopes.flip(0))
 
 
-class TorchAlibiTopLeft(TorchEager):
+class TorchAlibiTopLeft(_ChangesOneVariant):
     """ALiBi's distance measured from the top-left where the problem aligns it bottom-right."""
 
     name = "bug.torch_alibi_top_left"
+    field = "alibi"
 
-    def attend(self, q, k, v, mask, scale, need_weights):
-        alibi = None if mask.variants is None else mask.variants.alibi
-        if alibi is not None:
-            mask = _with(mask, alibi=dataclasses.replace(alibi, align="top_left"))
-        return super().attend(q, k, v, mask, scale, need_weights)
+    def changed(self, alibi):
+        return dataclasses.replace(alibi, align="top_left")
+
+
+class TorchForgetsSink(_ChangesOneVariant):
+    """Sinks declared and left out of the softmax's denominator."""
+
+    name = "bug.torch_forgets_sink"
+    field = "sinks"
+
+    def changed(self, sinks):
+        return None
+
+
+class TorchRelTableHeadsReversed(_ChangesOneVariant):
+    """The relative position table's heads in reverse order (a port that lays out the
+    (H, buckets) table bucket-major)."""
+
+    name = "bug.torch_rel_heads_reversed"
+    field = "rel_bias"
+
+    def changed(self, rel):
+        return dataclasses.replace(rel, table=rel.table.flip(0))
 
 
 class SDPAKeyWidthValues(KeyWidthSplit, TorchSDPA):
@@ -56,27 +84,3 @@ class SDPAKeyWidthValues(KeyWidthSplit, TorchSDPA):
     a latent-attention module that views values like keys)."""
 
     name = "bug.sdpa_key_width_values"
-
-
-class TorchForgetsSink(TorchEager):
-    """Sinks declared and left out of the softmax's denominator."""
-
-    name = "bug.torch_forgets_sink"
-
-    def attend(self, q, k, v, mask, scale, need_weights):
-        if mask.variants is not None:
-            mask = _with(mask, sinks=None)
-        return super().attend(q, k, v, mask, scale, need_weights)
-
-
-class TorchRelTableHeadsReversed(TorchEager):
-    """The relative position table's heads in reverse order (a port that lays out the
-    (H, buckets) table bucket-major)."""
-
-    name = "bug.torch_rel_heads_reversed"
-
-    def attend(self, q, k, v, mask, scale, need_weights):
-        rel = None if mask.variants is None else mask.variants.rel_bias
-        if rel is not None:
-            mask = _with(mask, rel_bias=dataclasses.replace(rel, table=rel.table.flip(0)))
-        return super().attend(q, k, v, mask, scale, need_weights)
