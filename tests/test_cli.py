@@ -136,5 +136,7 @@ def test_a_worker_killed_mid_case_is_one_error_and_the_run_goes_on(tmp_path, cli
     assert len(records) == 28 and len(bad) == 1, bad
     assert bad[0]["case"] == "query_length_1" and bad[0]["outcome"] == "error"
     assert "the process running it died" in bad[0]["reason"]
-    assert proc.stdout.count("crashed while running") == 1
+    # one crash, not a second on the replacement worker (the short summary may repeat
+    # xdist's "crashed while running" line or cut it, by the terminal's width)
+    assert proc.stdout.count("node down") == 1, proc.stdout[-2000:]
     assert "crash.segfault: 1 error (shapes/query_length_1)" in proc.stdout
