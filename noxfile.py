@@ -1,5 +1,5 @@
-"""nox sessions: tests, check_full, conformance, bench, fidelity, report, run, lint, compat (+ GPU
-variants).
+"""nox sessions: tests, check_full, conformance, bench, fidelity, report, run, lint, docs, compat
+(+ GPU variants).
 
 CPU sessions install through constraints/cpu.txt, which pins the CPU build of
 torch; the GPU sessions install without it and are not run by default.
@@ -62,10 +62,12 @@ class Steps:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Harness tests, CI's covering conformance check, and a ci-preset sweep."""
-    install(session)
+    """The manual's strict build, the harness tests, CI's covering conformance check, and a
+    ci-preset sweep with its report."""
+    install(session, "all,docs")
     steps = Steps(session)
     try:
+        manual(session, steps)
         ci_steps(session, steps)
     finally:
         steps.summary()
@@ -180,24 +182,34 @@ def run(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, the import contracts in pyproject.toml (layers, no cycles, no product
-    module importing a test module or a conftest), and the manual's strict build."""
+    """ruff and the import contracts in pyproject.toml (layers, no cycles, no product module
+    importing a test module or a conftest); no framework installed (seconds)."""
     steps = Steps(session)
     try:
         session.install("ruff>=0.5", "import-linter>=2.1")
         steps.run("ruff", "ruff", "check", ".", *session.posargs)
         # import-linter reads the packages from the source tree: no install, no frameworks
         steps.run("import contracts", "lint-imports", env={"PYTHONPATH": str(ROOT)})
-        docs(session, steps)
     finally:
         steps.summary()
 
 
-def docs(session: nox.Session, steps: Steps) -> None:
-    """The manual: ``mkdocs build --strict`` (offline; a broken link or a missing page fails).
-    Its reference pages and findings catalogue are generated from the registry, so the
-    frameworks are installed too (a missing one lists its built-ins as unavailable)."""
+@nox.session(name="docs")
+def docs_session(session: nox.Session) -> None:
+    """The manual alone (``nox -s tests`` builds it too, in its own environment)."""
     install(session, "all,docs")
+    steps = Steps(session)
+    try:
+        manual(session, steps)
+    finally:
+        steps.summary()
+
+
+def manual(session: nox.Session, steps: Steps) -> None:
+    """The manual: ``mkdocs build --strict`` (offline; a broken link or a missing page fails).
+    Its reference pages and findings catalogue are generated from the registry, so it builds
+    where the frameworks are installed (the tests session's environment: one install of them
+    for both; a missing one lists its built-ins as unavailable)."""
     steps.run("manual (mkdocs build --strict)", "mkdocs", "build", "--strict",
               "--site-dir", str(ROOT / "site"),
               env={"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1",

@@ -81,6 +81,15 @@ class HFModelCore(TorchModuleCore):
     # What a model takes: its 2-D attention_mask (B, S) beside its own causality, or nothing.
     mask_forms = frozenset({"causal_flag", "causal_flag+kpm_bool"})
 
+    def dtypes(self, device: str):
+        # The flex path runs FlexAttention, whose CPU lowering takes float32, float16 and
+        # bfloat16 only (torch.flex's dtypes; in float64 every call raised inductor's
+        # LoweringException after seconds of tracing, measured torch 2.13).
+        out = list(super().dtypes(device))
+        if self.attn == "flex" and device == "cpu":
+            out.remove("float64")
+        return out
+
     def framework_version(self) -> str:
         return transformers.__version__
 

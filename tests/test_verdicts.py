@@ -298,7 +298,10 @@ def test_thread_count_changes_no_baseline_in_sequential_order():
 
 @pytest.mark.slow
 def test_xdist_run_gives_the_serial_verdicts(tmp_path):
-    """The same conformance run serially and on two pytest-xdist workers: same records."""
+    """The same conformance run serially and on two pytest-xdist workers: same records. CI's
+    covering selection at the native level (every family of each implementation; the lower
+    levels' processes are test_isa's), Hypothesis at its full 25 examples (its draws are
+    where serial and xdist runs once differed)."""
     pytest.importorskip("xdist")
     import json
 
@@ -309,7 +312,8 @@ def test_xdist_run_gives_the_serial_verdicts(tmp_path):
         out = tmp_path / f"w{workers}.json"
         proc = run_cli("check", "--impl", "numpy", "--impl", "torch.eager", "--impl", "jax.jit",
                        "--plugin", POLICIES, "--impl", "policy.claims_*", "--dtype", "float32",
-                       "--workers", workers, "--json", str(out), "--no-progress", timeout=1800)
+                       "--isa", "native", "--cover", "--workers", workers, "--json", str(out),
+                       "--no-progress", "--", "--hypothesis-examples", "25", timeout=1800)
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # claims_nan
         docs.append({r["test_id"]: (r["outcome"], r["err"], r["err_naive"])
                      for r in json.loads(out.read_text())["results"]})
