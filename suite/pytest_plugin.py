@@ -103,7 +103,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def crash_safe_loadgroup() -> type:
     """``LoadGroupScheduling`` whose ``remove_node`` forgets the dead worker's collection,
     requeues its unfinished cases but the one it died in, and reschedules only workers
-    that have registered their collection."""
+    that have registered their collection, each to at least two cases or to shutdown."""
     from collections import OrderedDict
 
     from xdist.scheduler import LoadGroupScheduling
@@ -128,8 +128,17 @@ def crash_safe_loadgroup() -> type:
             return crashitem
 
         def _reschedule(self, node):
-            if node in self.registered_collections:  # a replacement may still collect
-                super()._reschedule(node)
+            if node not in self.registered_collections:  # a replacement may still collect
+                return
+            super()._reschedule(node)
+            # A worker runs an item only once it holds the next (or is told to shut down):
+            # a replacement given one unit of one item (what is left of a crashed group)
+            # waited forever, and the run with it (two workers crashed, measured).
+            while (not node.shutting_down and self.workqueue
+                   and self._pending_of(self.assigned_work[node]) < 2):
+                self._assign_work_unit(node)
+            if not self.workqueue and not node.shutting_down:
+                node.shutdown()
 
     return CrashSafeLoadGroup
 

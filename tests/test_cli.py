@@ -140,3 +140,20 @@ def test_a_worker_killed_mid_case_is_one_error_and_the_run_goes_on(tmp_path, cli
     # xdist's "crashed while running" line or cut it, by the terminal's width)
     assert proc.stdout.count("node down") == 1, proc.stdout[-2000:]
     assert "crash.segfault: 1 error (shapes/query_length_1)" in proc.stdout
+
+
+def test_both_workers_killed_the_replacements_finish_the_run(tmp_path, cli):
+    """Both workers die close together (two kernels that segfault): the replacements got
+    what was left of the crashed groups, one case each, and a pytest-xdist worker runs a
+    case only once it holds the next: the run hung. Now every other case is measured."""
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(PLUGINS / "crashes.py"), "--impl", "crash.segfault",
+               "--impl", "two_crash.*", "--dtype", "float32", "-k", "shapes", "--workers", "2",
+               "--json", str(out), timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["results"]
+    bad = sorted((r["impl"], r["case"], r["outcome"]) for r in records if r["outcome"] != "pass")
+    assert len(records) == 42, len(records)
+    assert bad == [(name, "query_length_1", "error")
+                   for name in ("crash.segfault", "two_crash.segfault")]
+    assert proc.stdout.count("node down") == 2, proc.stdout[-2000:]

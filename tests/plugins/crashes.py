@@ -17,3 +17,13 @@ class Crashes(NumpyMHA):
 
 class Works(NumpyMHA):
     name = "crash.neighbour_works"
+
+
+class CrashesToo(Crashes):
+    """A second one, so both workers die close together (``two_crash.*``)."""
+
+    name = "two_crash.segfault"
+
+
+class WorksToo(NumpyMHA):
+    name = "two_crash.neighbour_works"
