@@ -111,7 +111,7 @@ class NumpyMHA(NumpyCore):
     the plain vectorised algorithm."""
 
     name = "numpy"
-    features = NumpyCore.features | {"weights"} | VARIANT_FEATURES
+    features = NumpyCore.features | {"weights", "decode"} | VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "

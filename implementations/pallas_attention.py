@@ -387,8 +387,10 @@ def _splash_form_mask(problem: Problem, shape: Tuple[int, int]) -> Optional[List
 class PallasGpuDecode(PallasCore):
     """``ops.gpu.decode_attention.gqa``: one query per sequence against Lk keys, GQA in the
     kernel (query head h reads kv head h // (H // K)), key padding by ``valid_lens`` (B,)
-    through its ``kv_seq_len``. It takes Lq = 1 only and no other mask (no causal flag: with
-    one query there is nothing to align). The keys are split in ``k_splits`` parts of 16 or
+    through its ``kv_seq_len``. It takes Lq = 1 only and no other mask but causality (no
+    causal flag: the one row's keys are a prefix, its length what ``kv_seq_len`` takes): the
+    decode form, a row at its offset into each sequence's cache (``Mask.query_offset``), is
+    what it is for. The keys are split in ``k_splits`` parts of 16 or
     more keys each (its asserts), so Lk is padded to a multiple of 16 (of 2048 past 2048:
     parts of at most 128 keys or multiples of 128); the added keys lie past ``kv_seq_len``,
     which the kernel masks.
@@ -396,7 +398,7 @@ class PallasGpuDecode(PallasCore):
 
     name = "pallas.gpu.decode"
     platform = "gpu"
-    features = frozenset({"valid_lens", "cross", "gqa", "scale"})
+    features = frozenset({"valid_lens", "causal", "decode", "cross", "gqa", "scale"})
     repeat_kv = False  # the kernel reads K kv heads itself
     deviations = {"nan_padding": Deviation(
         "confined", "NaN in a key or value past kv_seq_len reaches the output when the length "
@@ -427,8 +429,8 @@ class PallasGpuDecode(PallasCore):
         k = jnp.pad(k, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
         v = jnp.pad(v, pad).transpose(0, 2, 1, 3)  # (B, Sp, K, D)
         lens = None
-        # Key lengths: the only mask declared is valid_lens (B,), so a batch item's live keys
-        # are a prefix and their count is its length.
+        # Key lengths: the masks declared (valid_lens (B,), causality at the one row's
+        # position) leave each batch item's live keys a prefix: their count is its length.
         if mask.dead_keys is not None or self.S_pad != S:
             lens = jnp.full((B,), S, jnp.int32) if mask.dead_keys is None else \
                 jnp.sum(~mask.dead_keys[:, 0, :, 0], axis=-1).astype(jnp.int32)  # (B,)

@@ -167,7 +167,7 @@ def native_alignment(mask: Mask, L: int, S: int, native_causal: Sequence[str]
     """The library's causal flag (one of ``native_causal``) that expresses ``mask``'s causal
     part for L queries and S keys, else None: its own alignment, or, when L == S (top left
     and bottom right then mask the same keys), the first flag the library has."""
-    if not mask.causal:
+    if not mask.causal or mask.query_offset is not None:  # per-batch offsets: no flag has them
         return None
     if mask.causal_align in native_causal:
         return mask.causal_align
@@ -560,7 +560,7 @@ def form_mask(problem: Problem, form: Optional[str] = None, *, true_means: str =
         return a if true_means == "attend" else ~a
 
     if "causal_flag" in parts:
-        if not (m.causal and m.causal_align == "top_left"):
+        if not (m.causal and m.causal_align == "top_left") or m.query_offset is not None:
             raise Unsupported(f"mask form {form}: the problem has no top-left causal mask")
         rest = dataclasses.replace(rest, causal=False)
     if {"kpm_bool", "kpm_float", "kv_lengths"} & set(parts):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from suite import variant_cases
+from suite import decode_cases, variant_cases
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -768,6 +768,11 @@ for _layout in LAYOUTS:
 # --- variants: the score variants with the masks they meet (suite.variant_cases) ------------
 for _name, _build, _kw in variant_cases.BUILDERS:
     case(variant_cases.FAMILY, _name, **_kw)(_build)
+
+
+# --- decode: query rows at offsets into a key/value cache (suite.decode_cases) ---------------
+for _name, _build, _kw in decode_cases.BUILDERS:
+    case(decode_cases.FAMILY, _name, **_kw)(_build)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -47,7 +47,8 @@ def _short_keys_no_attn_mask(p, dtype: str, isa: Optional[str]) -> bool:
     attention mask reaches the kernel (no mask, or the causal flag alone)."""
     m = p.mask
     no_attn_mask = m.is_empty() or (m.causal and m.causal_align == "top_left" and
-                                    m.valid_lens is None and m.allowed is None and m.bias is None)
+                                    m.valid_lens is None and m.allowed is None and m.bias is None
+                                    and m.query_offset is None)
     return p.S < lanes(isa, dtype) and no_attn_mask
 
 

@@ -82,6 +82,8 @@ FEATURE_MEANINGS: Dict[str, str] = {
     "causal_bottom_right": "a causal mask aligned bottom-right (j <= i + Lk - Lq)",
     "bool_mask": "a boolean mask broadcastable to (B, H, Lq, Lk), True = may attend",
     "bias": "an additive float bias broadcastable to (B, H, Lq, Lk)",
+    "decode": "the decode form: query rows at per-batch offsets into a key/value cache, "
+              "causal at the offset (Mask.query_offset)",
     "cross": "Lq != Lk",
     "gqa": "fewer kv heads than query heads (GQA, MQA)",
     "scale": "an explicit scale instead of 1/sqrt(D)",

@@ -73,6 +73,10 @@ class Mask:
         j <= i + (S - L) ("bottom_right").
     allowed: bool array broadcastable to (B, H, L, S), True = may attend.
     bias: float array broadcastable to (B, H, L, S), added to the logits.
+    query_offset: (B,) ints, the decode form: batch b's query rows sit at absolute positions
+        query_offset[b] .. query_offset[b] + L - 1 of its key/value cache (S slots, the first
+        ``valid_lens[b]`` filled), and the causal part lets query i see keys
+        j <= query_offset[b] + i (``causal_align`` stays "top_left": the offset aligns it).
     """
 
     valid_lens: Optional[np.ndarray] = None
@@ -80,6 +84,7 @@ class Mask:
     causal_align: str = "top_left"
     allowed: Optional[np.ndarray] = None
     bias: Optional[np.ndarray] = None
+    query_offset: Optional[np.ndarray] = None
 
     @property
     def kinds(self) -> frozenset:
@@ -93,6 +98,8 @@ class Mask:
             out.add("bool_mask")
         if self.bias is not None:
             out.add("bias")
+        if self.query_offset is not None:
+            out.add("decode")
         return frozenset(out)
 
     def is_empty(self) -> bool:
@@ -105,7 +112,10 @@ class Mask:
             vl = np.asarray(self.valid_lens)
             vl = vl[:, None] if vl.ndim == 1 else vl  # (B, L) or (B, 1)
             allowed &= (np.arange(S)[None, None, :] < vl[:, :, None])[:, None]  # (B, 1, L, S)
-        if self.causal:
+        if self.causal and self.query_offset is not None:  # each batch at its own offset
+            pos = np.asarray(self.query_offset)[:, None] + np.arange(L)[None, :]  # (B, L)
+            allowed &= (np.arange(S)[None, None, :] <= pos[:, :, None])[:, None]  # (B,1,L,S)
+        elif self.causal:
             offset = 0 if self.causal_align == "top_left" else S - L
             allowed &= np.arange(S)[None, :] <= np.arange(L)[:, None] + offset  # (L, S)
         if self.allowed is not None:
@@ -255,6 +265,22 @@ def validate(p: Problem, finite: bool = True) -> None:
                 f"min {vl.min()}, max {vl.max()}")
     _expect(m.causal_align in ("top_left", "bottom_right"), "mask.causal_align",
             "'top_left' or 'bottom_right'", repr(m.causal_align))
+    if m.query_offset is not None:
+        off = np.asarray(m.query_offset)
+        _expect(off.shape == (B,), "mask.query_offset", f"shape ({B},)", f"{off.shape}")
+        _expect(np.issubdtype(off.dtype, np.integer), "mask.query_offset", "integers",
+                off.dtype)
+        _expect(bool(((off >= 0) & (off + L <= S)).all()), "mask.query_offset",
+                f"values in [0, S - Lq] = [0, {S - L}] (the rows sit inside the cache)",
+                f"min {off.min()}, max {off.max()}")
+        _expect(m.causal and m.causal_align == "top_left", "mask.query_offset",
+                "a causal mask (causal=True, causal_align='top_left': the offset aligns it)",
+                f"causal={m.causal}, causal_align={m.causal_align!r}")
+        # The position variants read the query's index; at an offset its position differs.
+        for name in ("alibi", "rel_bias", "score_mod"):
+            _expect(getattr(p, name) is None, "mask.query_offset",
+                    "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
+                    f"{name} set")
     for name, kind in (("allowed", "bool"), ("bias", "float")):
         arr = getattr(m, name)
         if arr is None:

@@ -44,6 +44,9 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # distance measured bottom-right; rows with no key beside a sink
     "variants": ("combined", "softcap_inf_score", "alibi_distance_bottom_right",
                  "sinks_fully_masked"),
+    # rows at their own offsets with only causality hiding the later slots (one row: a
+    # decode kernel's first); several rows per step; a static cache's unfilled slots
+    "decode": ("offsets_alone", "few_rows", "static_cache"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once

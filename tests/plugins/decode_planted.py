@@ -1,0 +1,65 @@
+"""Planted bugs in the decode form: NumPy plugins that each place the query rows at the wrong
+positions of the key/value cache, as decoding kernels and model ports get it wrong. Each is
+numpy's reference with the offsets changed before the mask is built; tests/test_decode.py
+runs the decode family on them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from implementations.numpy_mha import NumpyMHA
+
+
+class _MovesRows(NumpyMHA):
+    """numpy with ``offsets(offset, L, S)`` in place of the problem's query offsets."""
+
+    def offsets(self, offset: np.ndarray, L: int, S: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def attention_mask(self, problem, dtype):
+        m = problem.mask
+        if m.query_offset is not None:
+            off = np.asarray(m.query_offset)
+            moved = np.clip(self.offsets(off, problem.L, problem.S), 0, problem.S - problem.L)
+            problem = dataclasses.replace(problem, mask=dataclasses.replace(
+                m, query_offset=moved.astype(off.dtype)))
+        return super().attention_mask(problem, dtype)
+
+
+class DecodesAtZero(_MovesRows):
+    """The offset forgotten: the rows aligned top-left, as if the cache were empty."""
+
+    name = "bug.decode_at_zero"
+
+    def offsets(self, offset, L, S):
+        return np.zeros_like(offset)
+
+
+class DecodesOneLate(_MovesRows):
+    """A cache position one past the row's own (the row sees the next slot)."""
+
+    name = "bug.decode_one_late"
+
+    def offsets(self, offset, L, S):
+        return offset + 1
+
+
+class DecodesAtCacheEnd(_MovesRows):
+    """Aligned bottom-right at the cache's last slot for every batch (the per-batch
+    lengths' offsets replaced by S - Lq)."""
+
+    name = "bug.decode_at_cache_end"
+
+    def offsets(self, offset, L, S):
+        return np.full_like(offset, S - L)
+
+
+class DecodesAtFirstOffset(_MovesRows):
+    """Every batch at the first one's offset (one position for the whole batch)."""
+
+    name = "bug.decode_first_offset"
+
+    def offsets(self, offset, L, S):
+        return np.full_like(offset, offset[0])
