@@ -433,6 +433,14 @@ class TorchModuleCore(TorchCore):
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:
         p, (dev, t) = problem, self.target(device, dtype)
+        layout = requested_layout(p)
+        if layout not in (None, "contiguous"):
+            # The layouts family arranges the per-head q, k, v (and mask) a kernel core
+            # (TorchCore.attend) is given; a module takes (B, L, E) inputs, contiguous here.
+            # Declaring layouts on a module passed every layout case with nothing rearranged.
+            raise Unsupported(f"layout {layout}: a module wrapper (TorchModuleCore) is given its "
+                              f"inputs contiguous; the layouts family arranges the per-head "
+                              f"tensors of a kernel core (TorchCore.attend)")
         shared = self.shares_input(p, grad)
         if self.image_input:
             _check_one_map(p, grad)

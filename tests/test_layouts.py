@@ -90,3 +90,21 @@ def dict_mask():
     keep = np.ones((2, 1, 3, 5), bool)
     keep[..., 1] = False
     return Mask(allowed=keep)
+
+
+def test_a_module_wrapper_declaring_layouts_is_unsupported_not_passed():
+    """Only a kernel core (TorchCore.attend) is handed rearranged tensors: a module wrapper
+    that declares layouts passed all 15 cases with its inputs never rearranged."""
+    from implementations.torch_nn import TorchNN
+
+    class Declares(TorchNN):
+        name = "torch.nn+layouts"
+        layouts = frozenset(LAYOUTS)
+
+    outcomes = {c.name: _run(Declares(), c.name) for c in catalog.of_family("layouts")}
+    passed = {n for n, o in outcomes.items() if o.outcome == "pass"}
+    assert passed == {"contiguous", "contiguous+bias", "contiguous+causal"}, passed
+    assert all(o.outcome == "unsupported" for n, o in outcomes.items() if n not in passed)
+    # (expanded: one kv head, which torch.nn does not declare: "needs gqa" before the layout)
+    assert all("module wrapper" in o.reason for n, o in outcomes.items()
+               if n not in passed and not n.startswith("expanded"))
