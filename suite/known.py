@@ -46,9 +46,7 @@ def _short_keys_no_attn_mask(p, dtype: str, isa: Optional[str]) -> bool:
     """Fewer keys than one SIMD vector of the accumulation type holds at ``isa``, and no
     attention mask reaches the kernel (no mask, or the causal flag alone)."""
     m = p.mask
-    no_attn_mask = m.is_empty() or (m.causal and m.causal_align == "top_left" and
-                                    m.valid_lens is None and m.allowed is None and m.bias is None
-                                    and m.query_offset is None)
+    no_attn_mask = m.is_empty() or m.kinds == {"causal"}  # top-left causal, nothing else
     return p.S < lanes(isa, dtype) and no_attn_mask
 
 

@@ -158,7 +158,8 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
     for name, value in (("num_kv_heads", p.num_kv_heads), ("scale", p.scale),
                         ("grad_output", p.grad_output), ("valid_lens", p.mask.valid_lens),
                         ("allowed", p.mask.allowed), ("bias", p.mask.bias),
-                        ("query_offset", p.mask.query_offset), ("softcap", p.softcap), ("sinks", p.sinks),
+                        ("query_offset", p.mask.query_offset), ("softcap", p.softcap),
+                        ("sinks", p.sinks),
                         ("value_head_dim", p.value_head_dim)):
         if value is not None:
             arrays[name] = value
