@@ -32,6 +32,16 @@ _SOURCE_PACKAGES = ("implementations", "suite")
 T = TypeVar("T")
 _MISSING = object()
 _MEMORY: Dict[str, Any] = {}  # name -> value, this process
+READ: set = set()  # the names whose value this process read back from disk
+_REFRESH = False  # refresh(): nothing is read back; every value is computed and written again
+
+
+def refresh() -> None:
+    """From now on in this process, compute every cached value again and overwrite it."""
+    global _REFRESH
+    _REFRESH = True
+    _MEMORY.clear()
+    READ.clear()
 
 
 def cache_dir() -> Path:
@@ -53,8 +63,9 @@ def subdir(name: str) -> Path:
 
 @functools.cache
 def fingerprint() -> Dict[str, Optional[str]]:
-    """What a cached probe or description depends on: library versions, Python, the
-    machine, the visible GPUs and the suite's own sources."""
+    """What a cached probe or description depends on: library versions, every installed
+    distribution (a library's own dependency installed or removed changes what a probe
+    finds), Python, the machine, the visible GPUs and the suite's own sources."""
     key = library_versions(KEY_LIBRARIES)
     key.update(python=platform.python_version(), machine=platform.machine(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -62,8 +73,21 @@ def fingerprint() -> Dict[str, Optional[str]]:
                # and what it found must not be read by a run with the default platforms
                **{v.lower(): os.environ.get(v) for v in PLATFORM_ENV if os.environ.get(v)},
                nvidia_driver=str(os.path.exists("/proc/driver/nvidia/version")),
-               sources=_sources_digest())
+               distributions=_distributions_digest(), sources=_sources_digest())
     return key
+
+
+def _distributions_digest() -> str:
+    """The installed distributions and their versions, as their metadata folders on
+    ``sys.path`` name them (``optax-0.2.4.dist-info``): a listing, no file read."""
+    names = set()
+    for entry in sys.path:
+        try:
+            names.update(n for n in os.listdir(entry or ".")
+                         if n.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
 
 
 def _sources_digest() -> str:
@@ -83,13 +107,7 @@ def _path(name: str) -> Path:
 def load(name: str, default: Any = None) -> Any:
     """The value stored under ``name`` for this fingerprint, else ``default`` (missing,
     stale or corrupt: all mean "compute it again")."""
-    try:
-        doc = json.loads(_path(name).read_text())
-    except (OSError, ValueError):
-        return default
-    if not isinstance(doc, dict) or doc.get("key") != fingerprint() or "value" not in doc:
-        return default
-    return doc["value"]
+    return load_keyed(name, fingerprint(), default)
 
 
 def store(name: str, value: Any) -> None:
@@ -112,12 +130,15 @@ def _write(path: Path, doc: dict) -> None:
 def load_keyed(name: str, key: Dict[str, Any], default: Any = None) -> Any:
     """Like ``load``, for a value that depends on ``key`` alone rather than on the whole
     fingerprint (no library is imported and no source read to check it)."""
+    if _REFRESH:
+        return default
     try:
         doc = json.loads(_path(name).read_text())
     except (OSError, ValueError):
         return default
     if not isinstance(doc, dict) or doc.get("key") != key or "value" not in doc:
         return default
+    READ.add(name)
     return doc["value"]
 
 

@@ -52,6 +52,10 @@ def _registry(args: argparse.Namespace, patterns_required: bool = True) -> regis
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from suite import cache
+
+    if args.refresh:
+        cache.refresh()
     reg = _registry(args)
     entries = reg.select(args.impl or None, available_only=False)
     width = max(len(e.name) for e in entries)
@@ -80,6 +84,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"CPU instruction-set levels torch dispatches to here: {', '.join(levels) or 'none'}"
               f" (native {levels[-1] if levels else 'unknown'}); mha-suite check runs the "
               "implementations on torch at each (--isa)")
+    if cache.READ:
+        print(f"(read from the cache in {cache.cache_dir()}: kept while the installed packages, "
+              "Python and the suite's sources stay the same; --refresh probes again)")
     return 0
 
 
@@ -402,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list implementations, their devices and features")
     _add_selection(p)
+    p.add_argument("--refresh", action="store_true",
+                   help="probe every built-in again instead of reading the cache (and rewrite it)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("check", help="run the conformance cases")

@@ -130,3 +130,37 @@ def test_the_platforms_jax_starts_are_part_of_the_key(monkeypatch):
         assert cache.fingerprint() != default  # a bogus run's probes are not read by others
     finally:
         cache.fingerprint.cache_clear()
+
+
+def test_a_dependency_installed_later_makes_a_cached_unavailable_answer_stale(
+        cache_dir, monkeypatch, tmp_path):
+    """#42 item 14: a probe that failed on a library's own missing dependency (optax for
+    flax.linen) stayed unavailable after the dependency was installed: the key held the
+    framework versions only. Every installed distribution is part of the key now."""
+    monkeypatch.setattr(cache, "READ", set())
+    cache.fingerprint.cache_clear()
+    assert cache.memo("flax probe", lambda: "ModuleNotFoundError: no module optax") \
+        == "ModuleNotFoundError: no module optax"
+    site = tmp_path / "site"
+    (site / "optax-0.2.4.dist-info").mkdir(parents=True)  # pip install optax
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(cache, "_MEMORY", {})  # the next process
+    cache.fingerprint.cache_clear()
+    try:
+        assert cache.memo("flax probe", lambda: None) is None  # probed again: usable
+        assert "flax probe" not in cache.READ
+    finally:
+        cache.fingerprint.cache_clear()
+
+
+def test_refresh_computes_again_and_rewrites(cache_dir, monkeypatch):
+    monkeypatch.setattr(cache, "READ", set())
+    monkeypatch.setattr(cache, "_REFRESH", False)
+    cache.memo("probe", lambda: "old")
+    monkeypatch.setattr(cache, "_MEMORY", {})
+    assert cache.memo("probe", lambda: "new") == "old" and cache.READ == {"probe"}
+    cache.refresh()
+    assert cache.memo("probe", lambda: "new") == "new" and cache.READ == set()
+    monkeypatch.setattr(cache, "_REFRESH", False)
+    monkeypatch.setattr(cache, "_MEMORY", {})
+    assert cache.memo("probe", lambda: "newer") == "new"  # what the refresh wrote

@@ -27,6 +27,16 @@ def test_list_shows_builtins(cli):
         assert name in lines
 
 
+def test_list_says_when_it_answers_from_the_cache_and_refresh_probes_again(cli):
+    cli("list", "--impl", "numpy")
+    again = cli("list", "--impl", "numpy")
+    assert again.returncode == 0, again.stderr
+    assert "(read from the cache in " in again.stdout and "--refresh" in again.stdout
+    fresh = cli("list", "--impl", "numpy", "--refresh")
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.stdout.startswith("numpy") and "read from the cache" not in fresh.stdout
+
+
 @pytest.mark.parametrize("command", ["list", "check", "sweep"])
 def test_unknown_impl_is_one_line(cli, command):
     proc = cli(command, "--impl", "no.such.impl")
