@@ -200,7 +200,7 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     work: a level above this CPU's is refused in one line."""
     from suite import isa
 
-    words = getattr(args, "isa", None) or ["native"]
+    words = _isa_words(args)
     if words == ["native"]:
         return True, [], []
     reg = _registry(args)
@@ -225,6 +225,22 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     return (native in wanted or not have) and words != ["lower"], lower, dispatching
 
 
+def _say_lower_levels_left(args: argparse.Namespace) -> None:
+    """One line at the start of a check that runs the native level by default, where this
+    CPU has lower levels and a selected implementation dispatches on them."""
+    from suite import isa
+
+    levels = isa.machine_levels()
+    if len(levels) < 2:
+        return
+    if not any(isa.dispatches(e.description) and "cpu" in e.description.devices
+               for e in _registry(args).select(args.impl or None, available_only=True)):
+        return
+    print(f"mha-suite check: the native CPU level ({levels[-1]}) only; --isa all also runs "
+          f"{', '.join(ISA_FAMILIES)} at {', '.join(levels[:-1])}, as CI and the main job do",
+          flush=True)
+
+
 def _level_command(args: argparse.Namespace, impls: List[str]) -> List[str]:
     """The pytest run of one lower level: the run's own conformance arguments, narrowed to
     the dispatching implementations and the families of ISA_FAMILIES (and the run's -k),
@@ -244,6 +260,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     preflight_check(args)
     native, lower, impls = isa_plan(args)
+    if native and not lower and not getattr(args, "isa", None) \
+            and not os.environ.get(ISA_ENV):
+        _say_lower_levels_left(args)
     codes = []
     if native:
         codes.append(_check_here(args))
@@ -391,15 +410,28 @@ def _isa_levels(text: str) -> List[str]:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--isa: ")) from None
 
 
-def _add_isa(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--isa", type=_isa_levels, metavar="LEVELS",
-                   default=_isa_levels(os.environ.get(ISA_ENV) or "all"),
+def _add_isa(p: argparse.ArgumentParser, default: str) -> None:
+    """--isa; ``default`` where neither the option nor $MHA_SUITE_ISA says: ``check`` (a
+    plugin author's loop) runs the native level, ``run`` (the main job) every level."""
+    p.add_argument("--isa", type=_isa_levels, metavar="LEVELS", default=None,
                    help="CPU instruction-set levels to run the implementations on torch at, "
                         "each in its own process (ATEN_CPU_CAPABILITY): all (every level this "
                         "CPU has), native, lower (all but the native one), or some of "
-                        f"default,avx2,avx512; default ${ISA_ENV}, else all; the lower levels "
-                        f"run the families {', '.join(ISA_FAMILIES)}, without the per-shape "
-                        "compilers")
+                        f"default,avx2,avx512; default ${ISA_ENV}, else {default}; the lower "
+                        f"levels run the families {', '.join(ISA_FAMILIES)}, without the "
+                        "per-shape compilers")
+    p.set_defaults(isa_default=default)
+
+
+def _isa_words(args: argparse.Namespace) -> List[str]:
+    """The --isa levels asked for: the option, else $MHA_SUITE_ISA, else the command's."""
+    words = getattr(args, "isa", None)
+    if words:
+        return words
+    try:
+        return _isa_levels(os.environ.get(ISA_ENV) or getattr(args, "isa_default", "native"))
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(f"${ISA_ENV}: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -438,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="more known-failure lists: a test id glob, optionally where it holds "
                         "in braces ({torch<2.5; isa=avx512}), '#', the reason, one a line")
     _add_run_options(p)
-    _add_isa(p)
+    _add_isa(p, "native")
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
     p.set_defaults(func=cmd_check)
 
@@ -477,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")
     _add_run_options(p)
-    _add_isa(p)
+    _add_isa(p, "all")
     p.set_defaults(func=cmd_run)
     return parser
 

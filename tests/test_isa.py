@@ -53,6 +53,7 @@ def _run(plugin_class, case_name: str, dtype: str = "float32") -> Outcome:
 
 
 def test_a_known_behaviour_holds_only_under_its_condition_and_checks_the_other_rows(monkeypatch):
+    pytest.importorskip("torch")
     sys.path.insert(0, str(PLUGINS))
     from nan_query_zero import ZeroAndShift, ZeroNanQueryRows
 
@@ -66,6 +67,19 @@ def test_a_known_behaviour_holds_only_under_its_condition_and_checks_the_other_r
     assert both.outcome == "fail" and "nor does it follow" in both.reason
     monkeypatch.setattr(where, "installed", lambda dist: "2.12.0" if dist == "torch" else None)
     assert _run(ZeroNanQueryRows, "lanes/nan_query_S4").outcome == "fail"  # another release
+
+
+def test_a_known_kernel_behaviour_is_not_credited_to_a_path_that_never_calls_the_kernel(
+        monkeypatch):
+    """The same zero row on a plain-matmul path that never calls SDPA (#42 item 2): before,
+    the behaviour's name and problem conditions alone credited it as a known failure."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(PLUGINS))
+    from nan_query_zero import UnfusedZeroNanQueryRows
+
+    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    out = _run(UnfusedZeroNanQueryRows, "lanes/nan_query_S4")
+    assert out.outcome == "fail" and out.known_held == [] and out.known_used == [], out.reason
 
 
 def test_the_lanes_family_crosses_one_and_two_vectors_of_every_dtype():
@@ -187,3 +201,21 @@ def test_an_intermittent_entry_round_trips_and_holds_everywhere():
     both = parse("torch>=2.13; intermittent")
     assert both.intermittent and not both.everywhere() and parse(both.text()) == both
     assert not parse("torch>=2.13").intermittent
+
+
+def test_check_runs_the_native_level_by_default_and_says_how_to_run_the_others(tmp_path):
+    """#42 item 13: a plugin author's check ran every lower level by default (352 s for a
+    Hugging Face plugin where the native level alone took a third of it); now `check` runs
+    the native level unless asked, and says so in its first line (the main job and CI ask)."""
+    pytest.importorskip("torch")
+    if len(_levels()) < 2:
+        pytest.skip("this CPU has one level")
+    out = tmp_path / "c.json"
+    done = run_cli("check", "--impl", "torch.eager", "--dtype", "float32", "-k", "masking/none",
+                   "--workers", "0", "--json", str(out), env={"MHA_SUITE_ISA": ""})
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"mha-suite check: the native CPU level ({_levels()[-1]}) only; "
+                            "--isa all also runs"), first
+    levels = {r["isa"] for r in json.loads(out.read_text())["results"]}
+    assert levels == {_levels()[-1]}, levels
