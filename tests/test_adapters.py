@@ -112,6 +112,33 @@ def test_the_mask_split_is_decided_per_problem():
     np.testing.assert_array_equal(parts.mask.numpy(), both.mask.dense_allowed(2, 1, 4, 4))
 
 
+def test_the_mask_a_module_wrapper_receives_folds_into_a_tensor_on_its_device():
+    """#42 item 3: ``MaskParts.additive()`` on the mask ``call`` receives returned a NumPy
+    float64 array (106 cases errored when it went to torch); it is a tensor in the compute
+    dtype now, the same values as the NumPy fold."""
+    torch_common = pytest.importorskip("implementations.torch_common")
+    torch = torch_common.torch
+
+    class Plain(torch_common.TorchModuleCore):
+        def build(self, problem):
+            return torch.nn.Identity()
+
+        def load_weights(self, module, problem):
+            pass
+
+    p = make_problem(0, 2, 3, 5, mask=Mask(valid_lens=np.array([5, 2]), causal=True,
+                                           bias=np.full((1, 1, 3, 5), 0.5)))
+    parts = Plain().prepare(p, "cpu", "float32")["mask"]
+    folded = parts.additive()
+    assert isinstance(folded, torch.Tensor) and folded.dtype == torch.float32, type(folded)
+    want = adapters.split_mask(p, **Plain.mask_split).additive()
+    np.testing.assert_array_equal(folded.numpy(), want.astype(np.float32))
+    assert parts.additive(dtype=torch.float64).dtype == torch.float64
+    out = torch.nn.functional.scaled_dot_product_attention(  # what a wrapper does with it
+        *(torch.ones(2, 2, n, 4) for n in (3, 5, 5)), attn_mask=folded)
+    assert out.shape == (2, 2, 3, 4)
+
+
 def test_valid_lens_per_query_is_not_key_padding():
     p = make_problem(0, 2, 3, 5, mask=Mask(valid_lens=np.array([[5, 4, 3], [2, 2, 1]])))
     parts = adapters.split_mask(p, key_padding=True)

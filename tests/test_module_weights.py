@@ -88,6 +88,22 @@ def test_nchw_module_with_fused_1x1_convolutions_matches_the_oracle(L):
     assert np.allclose(_run(Conv(), p).output, oracle(p)[0], atol=1e-10)
 
 
+def test_an_image_module_takes_every_case_in_its_self_attention_form():
+    """#42 item 4: image_input without kv_source = "self" left 110 of 172 cases per name
+    unsupported as cross-attention; image_input implies it, and an explicit one stays."""
+    from suite.plugin import declared, expressible
+
+    assert declared(Conv(), "kv_source") == "self"
+    cross = make_problem(2, B=2, L=6, S=6, E=8, H=2)  # distinct key and value
+    p = expressible(Conv(), cross)  # not Unsupported: key = value = query
+    assert np.array_equal(p.key, p.query) and np.array_equal(p.value, p.query)
+
+    class Shared(Conv):
+        kv_source = "shared"
+
+    assert declared(Shared(), "kv_source") == "shared"
+
+
 def test_fused_qkv_rows_are_q_then_k_then_v():
     """The module reading its fused rows in another order is caught: the rows are fixed."""
     class SwapsQK(ConvAttention):

@@ -269,3 +269,20 @@ def test_flax_module_option_example_reaches_the_module_and_runs_the_cases(cli, t
     for case in ("none", "valid_lens", "causal"):
         assert outcome[("masking", case)] == "pass", case
     assert outcome[("masking", "fully_masked_valid_lens")] == "deviation"
+
+
+def test_hf_model_pre_hook_example_passes_and_fails_without_its_hook(cli, tmp_path):
+    """#42 item 7: the manual shows the pre-hook (layer_inputs) and attns in code; RoFormer's
+    rotation switched off there passes the masking and shapes cases, and kept, fails them."""
+    pytest.importorskip("transformers")
+    code = _block_with("Testing your own module", "sinusoidal_pos")
+    records = _run_example(cli, tmp_path, code, 20, "mine.roformer", "-k", "masking or shapes")
+    outcome = [r["outcome"] for r in records]
+    assert "fail" not in outcome and outcome.count("pass") >= 5, outcome
+    kept = code.replace('"sinusoidal_pos": None', '"sinusoidal_pos": kwargs.get("sinusoidal_pos")')
+    assert kept != code
+    plugin = tmp_path / "kept.py"
+    plugin.write_text(kept)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.roformer", "--dtype", "float32",
+               "--workers", "0", "-k", "masking/none")
+    assert proc.returncode == 1, proc.stdout[-3000:]
