@@ -24,6 +24,7 @@ import numpy as np
 
 from suite import adapters, diagnose, oracle
 from suite.agreement import Comparison, compare
+from suite.known import KnownBehaviour, kernel_calls
 from suite.known import applicable as known_behaviours
 from suite.outputs import check_output
 from suite.plugin import (
@@ -31,10 +32,12 @@ from suite.plugin import (
     Implementation,
     Result,
     Unsupported,
+    array_library,
     call,
     declared,
     deviations_for,
     expressible,
+    grouped_for,
 )
 from suite.problem import Problem
 from suite.vocab import FAILED_OUTCOMES
@@ -397,7 +400,8 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     exhibited = behaviours(p)
     out.behaviours = sorted(set(out.behaviours) | set(exhibited))
     out.isa = isa = implementation_isa(impl, out.device)
-    held = known_behaviours(impl, p, dtype, out.device, isa, exhibited)
+    held = _reaching(impl, p, out, known_behaviours(impl, p, dtype, out.device, isa, exhibited),
+                     with_weights)
     out.known_held = sorted(set(out.known_held) | {kb.name for kb in held})
     try:
         out.comparisons = _comparisons(p, res, dtype, with_weights)
@@ -438,6 +442,23 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
         out.known_used = sorted(set(out.known_used) | {kb.name for kb in known})
         return out.classify("known_failure", f"{said}; {checked}")
     return out.classify("deviation", f"declared {said}; {checked}")
+
+
+def _reaching(impl: Implementation, p: Problem, out: Outcome, known: List[KnownBehaviour],
+              with_weights: bool) -> List[KnownBehaviour]:
+    """``known`` less the behaviours of one kernel that ``impl``'s call on ``p`` does not
+    reach as the behaviour needs (the call run again, its run traced; a call that cannot be
+    traced reaches none)."""
+    if not any(kb.kernel for kb in known):
+        return known
+    try:
+        state = impl.prepare(grouped_for(impl, p), out.device, out.dtype,
+                             need_weights=with_weights, grad=False)
+        calls = kernel_calls(array_library(impl),
+                             lambda: (impl.run(state), impl.synchronize(state)))
+    except Exception:
+        calls = None
+    return [kb for kb in known if kb.reached(calls)]
 
 
 def implementation_isa(impl: Implementation, device: str) -> Optional[str]:

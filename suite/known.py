@@ -9,13 +9,19 @@ show it). A case that fails the spec is a *known failure* when the behaviour's c
 and, with the policy applied to the affected rows, every row passes the rule: the rows are
 checked, not excused. Anywhere else the spec's answer is required, and a behaviour that held
 in some case of a run and was never needed there is reported as stale.
+
+A behaviour of one kernel names it (``kernel``, as the library's dispatcher calls it, and
+``kernel_when``, what its call must look like): a case that fails is credited to it only when
+the call, run again under the library's profiler, reached that kernel so. A plugin on
+the same library whose code never calls the kernel (plain matmuls and a softmax, a mask
+passed where the kernel shows the behaviour only without one) is judged by the spec alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, FrozenSet, List, Optional, Tuple
 
 from suite.plugin import array_library
 from suite.where import Where, lanes
@@ -35,6 +41,20 @@ class KnownBehaviour:
     upstream: str = ""  # the upstream issue, where one exists
     # Plugins on the library whose code never reaches the kernel that shows it (name globs).
     except_impls: Tuple[str, ...] = ()
+    # The kernel whose calls show it (``aten::name`` for torch) and what such a call must
+    # look like (the shapes of its inputs, as ``kernel_calls`` records them); "" where any
+    # call of the library may.
+    kernel: str = ""
+    kernel_when: Optional[Callable[[list], bool]] = None
+
+    def reached(self, calls: Optional[List[Tuple[str, list]]]) -> bool:
+        """Whether ``calls`` (``kernel_calls``' record of one call; None: not traceable)
+        reached this behaviour's kernel as it must: always true without a ``kernel``."""
+        if not self.kernel:
+            return True
+        return calls is not None and any(
+            name == self.kernel and (self.kernel_when is None or self.kernel_when(shapes))
+            for name, shapes in calls)
 
     def describe(self) -> str:
         repro = f", reproducer {self.repro}" if self.repro else ""
@@ -48,6 +68,12 @@ def _short_keys_no_attn_mask(p, dtype: str, isa: Optional[str]) -> bool:
     m = p.mask
     no_attn_mask = m.is_empty() or m.kinds == {"causal"}  # top-left causal, nothing else
     return p.S < lanes(isa, dtype) and no_attn_mask
+
+
+def _no_attn_mask(shapes: list) -> bool:
+    """_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal,
+    attn_mask, scale): no attn_mask tensor."""
+    return len(shapes) > 5 and not shapes[5]
 
 
 KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = (
@@ -65,9 +91,10 @@ KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = (
                "attn_mask); the class of pytorch #141128",
         repro="docs/repro/torch-sdpa-nan-query-short-keys/repro.py",
         upstream="https://github.com/pytorch/pytorch/issues/141128",
-        # compiled FlexAttention is inductor's code, not this kernel: its own NaN-row
-        # behaviour, at every key length, is listed in known_failures.txt
-        except_impls=("torch.flex*",)),
+        # only calls that reach the kernel without a mask: not a model's eager path (matmuls
+        # and a softmax) nor compiled FlexAttention (inductor's code: its own NaN-row
+        # behaviour, at every key length, is listed in known_failures.txt)
+        kernel="aten::_scaled_dot_product_flash_attention_for_cpu", kernel_when=_no_attn_mask),
 )
 
 
@@ -82,3 +109,17 @@ def applicable(impl, problem, dtype: str, device: str, isa: Optional[str],
             if library in kb.libraries and kb.behaviour in exhibited
             and not any(fnmatch.fnmatchcase(name, g) for g in kb.except_impls)
             and kb.where.holds(device, isa) and kb.where.holds_for(problem, dtype, isa)]
+
+
+def kernel_calls(library: str, fn: Callable[[], Any]) -> Optional[List[Tuple[str, list]]]:
+    """Run ``fn`` and return the kernels the library ran meanwhile, as (name, the shapes of
+    its inputs: [] for an absent optional tensor or a scalar), in order; None (``fn`` not
+    run) for a library the suite cannot trace. torch's profiler sees compiled code's calls
+    too (inductor's extern kernels) and leaves what runs unchanged."""
+    if library != "torch":
+        return None
+    from torch.profiler import ProfilerActivity, profile  # only for a torch plugin
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    return [(e.name, list(e.input_shapes)) for e in prof.events()]
