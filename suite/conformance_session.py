@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
 
+from suite import contracts
 from suite.selection import Selection
 
 KNOWN_FILE = os.path.join(os.path.dirname(__file__), "conformance", "known_failures.txt")
@@ -237,6 +238,7 @@ class ConformanceSession:
         self.session = session  # (the serial run's session is made after sessionstart)
         if config.getoption("--sample") or config.getoption("--cover"):
             self.take_sample(config, items, cover=config.getoption("--cover"))
+            contracts.SAMPLED = True  # a compiler's agreement: half its problems
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
