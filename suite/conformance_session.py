@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import pytest
 
 from suite import contracts
+from suite.plugin import builtin_ancestors
 from suite.selection import Selection
 
 KNOWN_FILE = os.path.join(os.path.dirname(__file__), "conformance", "known_failures.txt")
@@ -194,16 +195,24 @@ class ConformanceSession:
         return self._targets
 
     def known_failure(self, name: str, device: Optional[str] = None,
-                      isa: Optional[str] = None) -> Optional[Tuple[str, str]]:
+                      isa: Optional[str] = None, impl: object = None
+                      ) -> Optional[Tuple[str, str]]:
         """(pattern, reason) of the first known-failure entry matching test ``name`` whose
         condition holds here (on ``device`` at level ``isa``); an entry with a condition
-        never matches where the environment is not known (``device`` None)."""
+        never matches where the environment is not known (``device`` None). A subclass of
+        a built-in (``impl``) inherits the built-in's entries, as it inherits its declared
+        deviations: its test id with the built-in's name in place of its own matches too."""
+        names = [(name, "")] + [
+            (name.replace(f"[{own}-", f"[{base}-", 1), f"inherited from {base}: ")
+            for own in [getattr(impl, "name", None)] if own and f"[{own}-" in name
+            for base in builtin_ancestors(impl)]
         for pattern, reason in self.known.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                where = self.conditions.get(pattern)
-                if where is None or where.everywhere() or (
-                        device is not None and where.holds(device, isa)):
-                    return pattern, reason
+            for test, inherited in names:
+                if fnmatch.fnmatchcase(test, pattern):
+                    where = self.conditions.get(pattern)
+                    if where is None or where.everywhere() or (
+                            device is not None and where.holds(device, isa)):
+                        return pattern, inherited + reason
         return None
 
     # -- hooks ---------------------------------------------------------------------------

@@ -481,6 +481,19 @@ def declared(impl: Any, hook: str) -> Any:
     return getattr(impl, hook, getattr(Implementation, hook))
 
 
+def builtin_ancestors(impl: Any) -> List[str]:
+    """The names of the built-ins ``impl``'s class derives from, nearest first (a class of
+    the ``implementations`` package with a ``name`` of its own other than ``impl``'s)."""
+    own = getattr(impl, "name", None)
+    out: List[str] = []
+    for cls in type(impl).__mro__[1:]:
+        name = vars(cls).get("name")
+        if isinstance(name, str) and name != own and name not in out \
+                and cls.__module__.split(".")[0] == "implementations":
+            out.append(name)
+    return out
+
+
 def array_library(impl: Implementation) -> str:
     """The array library ``impl`` computes with: its matmul peak and memory method."""
     return declared(impl, "array_library") or impl.framework

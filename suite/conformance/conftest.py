@@ -81,8 +81,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def listed_known_failure(request: pytest.FixtureRequest):
     """The known-failure reason listed for this test, or None."""
-    known = ConformanceSession.of(request.config).known_failure(request.node.name)
+    known = ConformanceSession.of(request.config).known_failure(
+        request.node.name, impl=_impl_of(request))
     return known[1] if known else None
+
+
+def _impl_of(request: pytest.FixtureRequest) -> object:
+    """The plugin instance of a conformance test (None for a test without one)."""
+    target = getattr(request.node, "callspec", None) and \
+        request.node.callspec.params.get("target")
+    return target[0].impl if target else None
 
 
 @pytest.fixture
@@ -90,7 +98,7 @@ def listed_to_show(request: pytest.FixtureRequest) -> bool:
     """True when a known-failure entry that is not {intermittent} lists this test: a run
     must show it (an intermittent entry is not called stale where it holds nowhere)."""
     session = ConformanceSession.of(request.config)
-    known = session.known_failure(request.node.name)
+    known = session.known_failure(request.node.name, impl=_impl_of(request))
     return known is not None and not getattr(session.conditions.get(known[0]),
                                              "intermittent", False)
 
@@ -153,7 +161,7 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
         outcome.isa = implementation_isa(request.node.callspec.params["target"][0].impl,
                                          outcome.device)
     known = ConformanceSession.of(request.config).known_failure(
-        request.node.name, outcome.device, outcome.isa)
+        request.node.name, outcome.device, outcome.isa, impl=_impl_of(request))
     pattern = None
     if known:
         pattern, known = known
