@@ -482,10 +482,13 @@ def declared(impl: Any, hook: str) -> Any:
 
 
 def builtin_ancestors(impl: Any) -> List[str]:
-    """The names of the built-ins ``impl``'s class derives from, nearest first (a class of
-    the ``implementations`` package with a ``name`` of its own other than ``impl``'s)."""
+    """For a plugin outside the built-ins, the names of the built-ins its class derives
+    from, nearest first (a class of the ``implementations`` package with a ``name`` of its
+    own other than ``impl``'s); none for a built-in (each lists its own entries)."""
     own = getattr(impl, "name", None)
     out: List[str] = []
+    if type(impl).__module__.split(".")[0] == "implementations":
+        return out
     for cls in type(impl).__mro__[1:]:
         name = vars(cls).get("name")
         if isinstance(name, str) and name != own and name not in out \
