@@ -77,7 +77,9 @@ class HFModelCore(TorchModuleCore):
     window = False  # True: the config has a ``sliding_window`` this name sets
     # The attention implementations the model supports (keys of ATTN_IMPLEMENTATIONS).
     attns: Tuple[str, ...] = ("eager", "sdpa", "flex")
-    features = frozenset({"valid_lens", "causal"})
+    # steps: generation with the library's own caches (a decoder's; the flex names leave it
+    # out: FlexAttention compiles anew for every chunk's shape)
+    features = frozenset({"valid_lens", "causal", "steps", "static_cache"})
     # What a model takes: its 2-D attention_mask (B, S) beside its own causality, or nothing.
     mask_forms = frozenset({"causal_flag", "causal_flag+kpm_bool"})
 
@@ -208,6 +210,42 @@ class HFModelCore(TorchModuleCore):
 
     def call(self, model, query, key, value, mask, need_weights):
         p = mask["problem"]
+        if p.steps is not None:  # a prefill and decode steps against the library's cache
+            return self.generate(model, query, mask["attention_mask"], p), None
+        return self.first_layer(model, query, p, need_weights,
+                                attention_mask=mask["attention_mask"])
+
+    def new_cache(self, model: torch.nn.Module, p: Problem) -> Any:
+        """The library's own cache for a generation problem: a ``StaticCache`` of
+        ``p.cache_len`` slots, else a ``DynamicCache`` (built from the config, so a
+        sliding-window layer gets the library's sliding cache)."""
+        if p.cache_len is not None:
+            return transformers.StaticCache(config=model.config, max_cache_len=p.cache_len)
+        return transformers.DynamicCache(config=model.config)
+
+    def generate(self, model: torch.nn.Module, query: torch.Tensor, attention_mask: Any,
+                 p: Problem) -> torch.Tensor:
+        """The first attention layer's output, chunk by chunk (``p.steps``) as generation
+        runs it: each chunk goes in alone with the cache the chunks before filled
+        (``past_key_values``) and its positions (``cache_position``)."""
+        cache, outs, start = self.new_cache(model, p), [], 0
+        for n in p.steps:
+            end = start + n
+            kwargs = {"past_key_values": cache, "use_cache": True,
+                      "cache_position": torch.arange(start, end, device=query.device)}
+            if attention_mask is not None:
+                kwargs["attention_mask"] = attention_mask[:, :end]
+            # each step's tokens as generation hands them over: a tensor of their own
+            out, _ = self.first_layer(model, query[:, start:end].contiguous(), p, False,
+                                      **kwargs)
+            outs.append(out)
+            start = end
+        return torch.cat(outs, dim=1)
+
+    def first_layer(self, model: torch.nn.Module, query: torch.Tensor, p: Problem,
+                    need_weights: bool, **model_kwargs: Any):
+        """Run ``model`` with ``query`` fed to its first attention layer (the pre-hook) and
+        stop at that layer's output: (output, weights or None)."""
         captured: Dict[str, Any] = {}
         layer = self.first_attention(model)
 
@@ -221,7 +259,7 @@ class HFModelCore(TorchModuleCore):
         hooks = [layer.register_forward_pre_hook(feed, with_kwargs=True),
                  layer.register_forward_hook(take)]
         try:
-            model(inputs_embeds=query, attention_mask=mask["attention_mask"])
+            model(inputs_embeds=query, **model_kwargs)
         except _Stop:
             pass
         finally:
@@ -492,6 +530,8 @@ def variants() -> List[type]:
     for model, base in _MODELS.items():
         for attn in base.attns:
             features = base.features | ({"weights"} if attn == "eager" else set())
+            if attn == "flex":
+                features = features - {"steps", "static_cache"}
             out.append(type(f"HFModel_{model}_{attn}", (base,), {
                 "name": f"hf.model.{model}[{attn}]", "attn": attn,
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],

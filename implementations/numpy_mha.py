@@ -78,6 +78,44 @@ class NumpyCore(Implementation):
         """
         raise NotImplementedError
 
+    def attend_in_steps(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: AttendMask,
+                        scale: float, p: Problem) -> np.ndarray:
+        """The rows chunk by chunk (``p.steps``), each chunk's keys and values put in a cache
+        first (``cache_append``, or ``cache_write`` into a static cache of ``p.cache_len``
+        slots) and its rows attending everything the cache holds (slots not yet written
+        masked): heads (B, H, L, V)."""
+        B, H, L, _ = q.shape
+        if p.cache_len is None:
+            kc, vc = k[:, :, :0], v[:, :, :0]
+        else:
+            kc = np.zeros(k.shape[:2] + (p.cache_len, k.shape[3]), k.dtype)
+            vc = np.zeros(v.shape[:2] + (p.cache_len, v.shape[3]), v.dtype)
+        bias = mask.bias if mask.bias is not None else np.zeros((1, 1, L, L), q.dtype)
+        heads, start = [], 0
+        for n in p.steps:
+            end = start + n
+            if p.cache_len is None:
+                kc, vc = self.cache_append(kc, vc, k[:, :, start:end], v[:, :, start:end])
+            else:
+                kc, vc = self.cache_write(kc, vc, k[:, :, start:end], v[:, :, start:end], start)
+            rows = np.full(bias.shape[:2] + (n, kc.shape[2]), -np.inf, bias.dtype)
+            rows[..., :end] = bias[:, :, start:end, :end]  # slots past the sequence: masked
+            h, _ = self.attend(q[:, :, start:end], kc, vc, mask.replace(bias=rows), scale, False)
+            heads.append(h)
+            start = end
+        return np.concatenate(heads, axis=2)
+
+    def cache_append(self, kc, vc, k, v):
+        """A growing cache: the chunk's keys and values after those held."""
+        return np.concatenate([kc, k], axis=2), np.concatenate([vc, v], axis=2)
+
+    def cache_write(self, kc, vc, k, v, start: int):
+        """A static cache: the chunk's keys and values at their positions start.."""
+        kc, vc = kc.copy(), vc.copy()
+        kc[:, :, start:start + k.shape[2]] = k
+        vc[:, :, start:start + v.shape[2]] = v
+        return kc, vc
+
     def run(self, s: Dict[str, Any]):
         p, w = s["p"], s["w"]
         B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
@@ -94,7 +132,10 @@ class NumpyCore(Implementation):
         if K != H:  # query head h reads kv head h // (H // K)
             k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
             v = np.repeat(v, H // K, axis=1)  # (B, H, S, V)
-        heads, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
+        if p.steps is not None:  # a generating module: chunk by chunk against a cache
+            heads, weights = self.attend_in_steps(q, k, v, s["mask"], s["scale"], p), None
+        else:
+            heads, weights = self.attend(q, k, v, s["mask"], s["scale"], s["need_weights"])
         out = heads.transpose(0, 2, 1, 3).reshape(B, L, H * V) @ w["w_o"]  # (B, L, E)
         if w["b_o"] is not None:
             out += w["b_o"]
@@ -111,7 +152,8 @@ class NumpyMHA(NumpyCore):
     the plain vectorised algorithm."""
 
     name = "numpy"
-    features = NumpyCore.features | {"weights", "decode"} | VARIANT_FEATURES
+    features = NumpyCore.features | {"weights", "decode", "steps", "static_cache"} | \
+        VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from suite import decode_cases, variant_cases
+from suite import decode_cases, generation_cases, variant_cases
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -773,6 +773,11 @@ for _name, _build, _kw in variant_cases.BUILDERS:
 # --- decode: query rows at offsets into a key/value cache (suite.decode_cases) ---------------
 for _name, _build, _kw in decode_cases.BUILDERS:
     case(decode_cases.FAMILY, _name, **_kw)(_build)
+
+
+# --- generation: a prefill and decode steps against the module's own cache -----------------
+for _name, _build, _kw in generation_cases.BUILDERS:
+    case(generation_cases.FAMILY, _name, **_kw)(_build)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -396,7 +396,8 @@ def _nan_weight_rows(got: np.ndarray, ref: np.ndarray, policy_rows: np.ndarray
 def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcome:
     """Classify result ``res`` of problem ``p``: the spec first, then any declared policy."""
     dtype = out.dtype
-    with_weights = "weights" in getattr(impl, "features", ())
+    # a generating module's chunks return no weights (each chunk's would cover its cache)
+    with_weights = "weights" in getattr(impl, "features", ()) and p.steps is None
     exhibited = behaviours(p)
     out.behaviours = sorted(set(out.behaviours) | set(exhibited))
     out.isa = isa = implementation_isa(impl, out.device)
@@ -479,7 +480,7 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
         p = expressible(impl, p, distinct_kv=distinct_kv)  # the oracle judges what ran
     except Unsupported as exc:
         return out.classify("unsupported", str(exc))
-    with_weights = "weights" in declared(impl, "features")
+    with_weights = "weights" in declared(impl, "features") and p.steps is None
     results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
     if refused:
         return out.classify(*refused)
@@ -506,6 +507,20 @@ def merge_repeats(runs: Sequence[Outcome]) -> Outcome:
     return merged
 
 
+def _first_bad_step(p: Problem, row_err: np.ndarray, bound: float) -> str:
+    """The first chunk of ``p.steps`` with a row (of any batch) off by more than ``bound``
+    (NaN counts as off), and its rows; the steps before it were right."""
+    start = 0
+    for i, n in enumerate(p.steps):
+        err = row_err[start:start + n]
+        if not (np.nan_to_num(err, nan=np.inf) <= bound).all():
+            what = "the prefill" if i == 0 and n > 1 else f"step {i + 1} of {len(p.steps)}"
+            return (f"; first wrong at {what} (rows {start}..{start + n - 1}; "
+                    f"{'the chunks before it right' if i else 'the first chunk'})")
+        start += n
+    return ""
+
+
 def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> str:
     """Where the failing comparisons with the spec went wrong: the worst output entry, and
     the bad rows of each comparison by kind (suite.diagnose), which also go in
@@ -517,6 +532,8 @@ def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> s
         diff = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
         b, l, e = np.unravel_index(int(np.argmax(diff)), diff.shape)
         text = f"; worst at (b={b}, l={l}, e={e}): got {got[b, l, e]:.6g}, expected {ref[b, l, e]:.6g}"
+        if p.steps is not None:  # which chunk of the generation went wrong first
+            text += _first_bad_step(p, np.abs(got - ref).max(axis=(0, 2)), failed[0].bound)
     allowed, bad_kv = _allowed(p), _nonfinite_kv(p)
     bad_q = _nonfinite_query_rows(p)[..., 0]
     found = {}

@@ -84,6 +84,10 @@ FEATURE_MEANINGS: Dict[str, str] = {
     "bias": "an additive float bias broadcastable to (B, H, Lq, Lk)",
     "decode": "the decode form: query rows at per-batch offsets into a key/value cache, "
               "causal at the offset (Mask.query_offset)",
+    "steps": "computes a causal self-attention problem in chunks (Problem.steps: a prefill, "
+             "then decode steps), each against its own key/value cache",
+    "static_cache": "with steps, a static cache of Problem.cache_len slots rather than a "
+                    "growing one",
     "cross": "Lq != Lk",
     "gqa": "fewer kv heads than query heads (GQA, MQA)",
     "scale": "an explicit scale instead of 1/sqrt(D)",

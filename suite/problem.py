@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -150,6 +150,12 @@ class Problem:
     score_mod: Optional[ScoreMod] = None  # fn(score, b, h, i, j, xp), elementwise
     sinks: Optional[np.ndarray] = None  # (H,) logits in the softmax's denominator, no value
     value_head_dim: Optional[int] = None  # V, the value heads' width; None: D
+    # How a generating module computes the rows (the generation family): the query rows in
+    # these chunks, in order (a prefill, then decode steps), each against the keys and values
+    # its own cache holds from the chunks before; None: one call. The answer is the same
+    # attention, so the oracle judges every chunk's rows as it judges one call's.
+    steps: Optional[Tuple[int, ...]] = None
+    cache_len: Optional[int] = None  # a static cache of this many slots (>= L)
 
     # Shape facts, derived from the arrays.
     @property
@@ -203,6 +209,10 @@ class Problem:
                 out.add(name)
         if self.V != self.D:
             out.add("value_width")
+        if self.steps is not None:
+            out.add("steps")
+        if self.cache_len is not None:
+            out.add("static_cache")
         return frozenset(out)
 
     def has_variants(self) -> bool:
@@ -215,6 +225,25 @@ class Problem:
 
 
 VARIANT_FIELDS = ("softcap", "alibi", "rel_bias", "score_mod", "sinks")
+
+
+def _validate_steps(p: Problem) -> None:
+    """``steps`` and ``cache_len``: a causal self-attention problem computed in chunks."""
+    steps, L = p.steps, p.L
+    _expect(steps is not None, "cache_len", "set only beside steps", f"steps={steps!r}")
+    _expect(isinstance(steps, tuple) and len(steps) >= 1 and all(
+        _is_int(n) and n >= 1 for n in steps) and sum(steps) == L, "steps",
+        f"a tuple of positive ints summing to L={L}", repr(steps))
+    _expect(p.S == L and p.mask.causal and p.mask.query_offset is None, "steps",
+            "a causal self-attention problem (L = S, no query_offset): a generating "
+            "module's chunks", f"L={L}, S={p.S}, causal={p.mask.causal}")
+    for name in ("alibi", "rel_bias", "score_mod"):  # positions: a chunk's rows are later
+        _expect(getattr(p, name) is None, "steps",
+                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
+                f"{name} set")
+    if p.cache_len is not None:
+        _expect(_is_int(p.cache_len) and p.cache_len >= L, "cache_len",
+                f"an int >= L={L} (a static cache holds the whole sequence)", repr(p.cache_len))
 
 
 def validate(p: Problem, finite: bool = True) -> None:
@@ -281,6 +310,8 @@ def validate(p: Problem, finite: bool = True) -> None:
             _expect(getattr(p, name) is None, "mask.query_offset",
                     "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
                     f"{name} set")
+    if p.steps is not None or p.cache_len is not None:
+        _validate_steps(p)
     for name, kind in (("allowed", "bool"), ("bias", "float")):
         arr = getattr(m, name)
         if arr is None:

@@ -159,7 +159,7 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
                         ("grad_output", p.grad_output), ("valid_lens", p.mask.valid_lens),
                         ("allowed", p.mask.allowed), ("bias", p.mask.bias),
                         ("query_offset", p.mask.query_offset), ("softcap", p.softcap),
-                        ("sinks", p.sinks),
+                        ("sinks", p.sinks), ("steps", p.steps), ("cache_len", p.cache_len),
                         ("value_head_dim", p.value_head_dim)):
         if value is not None:
             arrays[name] = value
@@ -196,9 +196,11 @@ def load_problem(path: Path) -> Tuple[Problem, Dict[str, np.ndarray]]:
 def _load_variants(p: Problem, d: Dict[str, np.ndarray]) -> Problem:
     """``p`` with the score variants ``save_problem`` wrote (popped from ``d``)."""
     found: Dict[str, Any] = {}
-    for name, kind in (("softcap", float), ("value_head_dim", int)):
+    for name, kind in (("softcap", float), ("value_head_dim", int), ("cache_len", int)):
         if name in d:
             found[name] = kind(d.pop(name))
+    if "steps" in d:
+        found["steps"] = tuple(int(n) for n in d.pop("steps"))
     if "sinks" in d:
         found["sinks"] = d.pop("sinks")
     for prefix, cls in (("alibi", Alibi), ("rel_bias", RelBias)):

@@ -47,6 +47,8 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # rows at their own offsets with only causality hiding the later slots (one row: a
     # decode kernel's first); several rows per step; a static cache's unfilled slots
     "decode": ("offsets_alone", "few_rows", "static_cache"),
+    # a prefill then single steps; a static cache; a window whose boundary is in the cache
+    "generation": ("prefill_then_steps", "static_cache", "window_in_cache"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once

@@ -1,0 +1,103 @@
+"""The generation family: a module that keeps its own key/value cache computes a causal
+self-attention problem as a generating model does, a prefill and then decode steps
+(``Problem.steps``, feature ``steps``), each chunk's rows attending what its cache holds.
+
+The answer is the same attention as one call's, so the oracle judges every chunk's rows as
+it judges the whole prefill: a cache appended twice, written one slot off, rolled early or
+read past what it holds fails at the rows of the step where it goes wrong (the failing rows
+name the step), and a module whose decode steps disagree with its own prefill fails too.
+Cases: a prefill then single steps, one token at a time from an empty cache, a chunked
+prefill, a static cache longer than the sequence (``Problem.cache_len``, feature
+``static_cache``), a sliding window whose boundary falls inside the cache (given as the
+``local_window+causal_flag`` mask form to a plugin that declares it, as a sliding-window
+model's config takes it), and a grouped-query cache.
+
+``suite.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from suite.problem import Mask, Problem, make_problem
+
+FAMILY = "generation"
+GB, GE, GH = 2, 16, 4  # batch, width, heads (D = 4)
+WINDOW = 4  # the window case: query i sees keys i - 3 .. i
+WINDOW_FORM = "local_window+causal_flag"
+BUILDERS: List[Tuple[str, Callable[[int], Problem], Dict[str, Any]]] = []
+
+
+def case(name: str, **kw: Any) -> Callable:
+    """Declare case ``generation/name`` (``suite.cases.case``'s keywords) for suite.cases."""
+    def deco(fn: Callable[[int], Problem]) -> Callable[[int], Problem]:
+        BUILDERS.append((name, fn, kw))
+        return fn
+    return deco
+
+
+def generation_problem(seed: int, steps: Sequence[int], cache_len: Optional[int] = None,
+                       K: Optional[int] = None, window: Optional[int] = None) -> Problem:
+    """A causal self-attention problem of L = sum(steps) tokens computed in ``steps``."""
+    L = int(sum(steps))
+    allowed = None
+    if window is not None:  # query i also sees only keys j > i - window
+        i = np.arange(L)
+        allowed = (i[None, :] > i[:, None] - window)[None, None]
+    p = make_problem(seed, GB, L, L, GE, GH, K, self_attention=True,
+                     mask=Mask(causal=True, allowed=allowed))
+    return dataclasses.replace(p, steps=tuple(int(n) for n in steps), cache_len=cache_len)
+
+
+@case("prefill_then_steps")
+def _prefill_then_steps(seed):
+    """A prefill of 6 tokens, then 5 decode steps of one token each."""
+    return generation_problem(seed, (6, 1, 1, 1, 1, 1))
+
+
+@case("token_by_token")
+def _token_by_token(seed):
+    """Eight steps of one token from an empty cache (no prefill)."""
+    return generation_problem(seed, (1,) * 8)
+
+
+@case("chunked_prefill")
+def _chunked_prefill(seed):
+    """A prefill in chunks of 5, 4 and 3 tokens, then a step of 2 (speculative decoding)."""
+    return generation_problem(seed, (5, 4, 3, 2))
+
+
+@case("static_cache")
+def _static_cache(seed):
+    """A static cache of 16 slots for 9 tokens (a prefill of 5, then 4 steps): the slots not
+    yet written must not reach any row."""
+    return generation_problem(seed, (5, 1, 1, 1, 1), cache_len=16)
+
+
+def _window_judge(impl: Any, out: Any, p: Problem) -> Any:
+    """The window as a sliding-window model's config takes it, to a plugin that declares
+    that mask form; as the canonical mask to any other."""
+    from suite.adapters import with_form
+    from suite.check import run_problem
+    from suite.plugin import declared
+
+    if WINDOW_FORM in declared(impl, "mask_forms"):
+        p = with_form(p, WINDOW_FORM)
+    return run_problem(impl, out, p)
+
+
+@case("window_in_cache", judge=_window_judge)
+def _window_in_cache(seed):
+    """A sliding window of 4 tokens over a prefill of 6 and 6 steps: from the second step
+    on, the window's boundary falls inside the cache (a cache that rolls one step early or
+    late reads a key too many or too few)."""
+    return generation_problem(seed, (6,) + (1,) * 6, window=WINDOW)
+
+
+@case("gqa_cache")
+def _gqa_cache(seed):
+    """Two key/value heads for four query heads in the cache: a prefill of 4, 3 steps."""
+    return generation_problem(seed, (4, 1, 1, 1), K=2)

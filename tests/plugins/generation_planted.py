@@ -1,0 +1,42 @@
+"""Planted generating modules on the NumPy reference, each with one cache bug: the
+generation family must fail each at the steps where it goes wrong, and the reference pass."""
+
+from implementations.numpy_mha import NumpyMHA
+
+
+class AppendedTwice(NumpyMHA):
+    """Appends each chunk's keys and values twice: the first chunk reads right, every later
+    one reads the duplicates where its earlier tokens should be."""
+
+    name = "bug.cache_appended_twice"
+
+    def cache_append(self, kc, vc, k, v):
+        return super().cache_append(*super().cache_append(kc, vc, k, v), k, v)
+
+
+class RolledEarly(NumpyMHA):
+    """A sliding-window cache of 4 that rolls one step early: it keeps the last 3 tokens, so
+    the oldest key the window still needs is gone (zeros)."""
+
+    name = "bug.cache_rolled_early"
+    keep = 3
+
+    def cache_append(self, kc, vc, k, v):
+        kc, vc = super().cache_append(kc, vc, k, v)
+        kc, vc = kc.copy(), vc.copy()
+        kc[:, :, :-self.keep] = 0
+        vc[:, :, :-self.keep] = 0
+        return kc, vc
+
+
+class WrittenOneLate(NumpyMHA):
+    """A static cache written one slot late (the cache position off by one)."""
+
+    name = "bug.static_cache_one_late"
+
+    def cache_write(self, kc, vc, k, v, start):
+        kc, vc = kc.copy(), vc.copy()
+        n = min(k.shape[2], kc.shape[2] - start - 1)
+        kc[:, :, start + 1:start + 1 + n] = k[:, :, :n]
+        vc[:, :, start + 1:start + 1 + n] = v[:, :, :n]
+        return kc, vc

@@ -1,0 +1,134 @@
+"""The generation family (``Problem.steps``): a prefill and decode steps against a module's
+own cache, judged row by row against the oracle of the whole prefill."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+import pytest
+
+from suite import catalog
+from suite.check import Outcome
+from suite.problem import InputError, Mask, make_problem
+from tests.conftest import PLUGINS
+
+NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
+         "window_in_cache", "gqa_cache")
+
+
+def _run(impl, name: str, dtype: str = "float64") -> Outcome:
+    (case,) = [c for c in catalog.of_family("generation") if c.name == name]
+    return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,
+                                  "pass"))
+
+
+def _planted():
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        import generation_planted
+    finally:
+        sys.path.remove(str(PLUGINS))
+    return generation_planted
+
+
+def test_the_family_has_its_cases_and_every_problem_is_valid():
+    cases = {c.name: c for c in catalog.of_family("generation")}
+    assert set(cases) == set(NAMES)
+    for c in cases.values():
+        p = c.problem()
+        assert p.steps is not None and sum(p.steps) == p.L == p.S and p.mask.causal
+    assert cases["static_cache"].problem().cache_len > cases["static_cache"].problem().L
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_numpy_reference_passes_every_step(dtype):
+    from implementations.numpy_mha import NumpyMHA
+
+    for name in NAMES:
+        out = _run(NumpyMHA(), name, dtype)
+        assert out.outcome == "pass", (name, out.reason)
+
+
+def test_a_cache_appended_twice_fails_after_its_first_chunk():
+    bug = _planted().AppendedTwice()
+    for name in ("prefill_then_steps", "token_by_token", "chunked_prefill", "gqa_cache"):
+        out = _run(bug, name)
+        assert out.outcome == "fail", (name, out.reason)
+
+
+def test_a_sliding_cache_rolled_one_step_early_fails_the_window_case():
+    out = _run(_planted().RolledEarly(), "window_in_cache")
+    assert out.outcome == "fail", out.reason
+
+
+def test_a_static_cache_written_one_slot_late_fails_only_with_a_static_cache():
+    bug = _planted().WrittenOneLate()
+    assert _run(bug, "static_cache").outcome == "fail"
+    assert _run(bug, "prefill_then_steps").outcome == "pass"  # a growing cache: right
+
+
+def test_a_plugin_without_steps_is_unsupported_not_failed():
+    from implementations.numpy_flash import NumpyFlashMHA
+
+    out = _run(NumpyFlashMHA(), "prefill_then_steps")
+    assert out.outcome == "unsupported" and "steps" in out.reason, out.reason
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(steps=(3, 3)), "steps"),  # sums to 6, L = 8
+    (dict(steps=(8,), cache_len=5), "cache_len"),  # shorter than the sequence
+    (dict(steps=None, cache_len=12), "cache_len"),  # without steps
+    (dict(steps=(4, 0, 4)), "steps"),  # an empty chunk
+])
+def test_a_bad_steps_field_is_one_clear_error(change, field):
+    p = make_problem(0, 1, 8, 8, 8, 2, self_attention=True, mask=Mask(causal=True))
+    with pytest.raises(InputError, match=f"^{field}"):
+        dataclasses.replace(p, **change).validate()
+
+
+def test_steps_need_causal_self_attention():
+    p = make_problem(0, 1, 8, 8, 8, 2, self_attention=True)  # no causal mask
+    with pytest.raises(InputError, match="^steps: expected a causal self-attention"):
+        dataclasses.replace(p, steps=(4, 4)).validate()
+    assert np.array_equal(p.query, p.key)
+
+
+def test_the_failure_names_the_first_wrong_step():
+    out = _run(_planted().AppendedTwice(), "prefill_then_steps")
+    assert "first wrong at step 2 of 6 (rows 6..6; the chunks before it right)" in out.reason, \
+        out.reason
+
+
+def test_a_hugging_face_model_generates_with_its_own_caches_and_a_forgetting_cache_fails():
+    """hf.model.mistral[eager] runs every case with transformers' DynamicCache (its sliding
+    window layer's included) and StaticCache; the same model with a cache that forgets the
+    chunks before each step fails at step 2."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers
+
+    from suite.registry import shared
+
+    entry = shared([]).select(["hf.model.mistral[[]eager]"], available_only=True)[0]
+    for name in NAMES:
+        out = _run(entry.impl, name, "float32")
+        assert out.outcome == "pass", (name, out.reason)
+
+    class Forgets(type(entry.impl)):
+        name = "bug.forgetting_cache"
+
+        def generate(self, model, query, attention_mask, p):
+            outs, start = [], 0
+            for n in p.steps:  # a fresh cache at every step, at the right positions
+                out, _ = self.first_layer(
+                    model, query[:, start:start + n].contiguous(), p, False,
+                    past_key_values=transformers.DynamicCache(config=model.config),
+                    use_cache=True, cache_position=torch.arange(start, start + n))
+                outs.append(out)
+                start += n
+            return torch.cat(outs, dim=1)
+
+    out = _run(Forgets(), "prefill_then_steps", "float32")
+    assert out.outcome == "fail" and "first wrong at step 2 of 6" in out.reason, out.reason
