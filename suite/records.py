@@ -240,6 +240,9 @@ def merge_conformance(path: PathLike, run: Dict[str, Any], implementations: List
             # of the run that measured it.
             if not i.get("available") and impls.get(i.get("name"), {}).get("available"):
                 continue
+            # nor does one that did not run it (its cached description) replace a run's
+            if i.get("checked") is False and i.get("name") in impls:
+                continue
             impls[i.get("name")] = i
         return {"kind": CONFORMANCE_KIND, "version": CONFORMANCE_VERSION, "datetime": now(),
                 "machine_info": run["machine_info"], "commit_info": run["commit_info"],

@@ -158,6 +158,10 @@ class Entry:
     def available(self) -> bool:
         return self.impl is not None
 
+    def loaded_from_cache(self) -> bool:
+        """Described from the cache and not loaded yet (its framework not imported)."""
+        return self._loader is not None
+
     @property
     def description(self) -> Optional[Description]:
         """The cached description, else the loaded instance's; None when unavailable."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -138,8 +139,9 @@ def test_list_describes_builtins_from_the_cache_without_importing_frameworks(tmp
     first = _no_builtins_loaded_list(env)  # loads every built-in and writes the cache
     second = _no_builtins_loaded_list(env)
     assert (tmp_path / "probes" / "builtins.json").is_file()
-    assert second.splitlines()[:-1] == first.splitlines()[:-1]
-    assert second.splitlines()[-1] == "IMPORTED []"
+    *listing, note, imported = second.splitlines()
+    assert listing == first.splitlines()[:-1]  # the first probed: nothing read back
+    assert note.startswith(f"(read from the cache in {tmp_path}") and imported == "IMPORTED []"
 
 
 def test_a_described_builtin_loads_on_first_use(monkeypatch, tmp_path):
@@ -220,3 +222,35 @@ def test_a_plugin_files_probes_are_cached_until_the_file_changes(monkeypatch, tm
     edited = build()
     assert "not loaded" not in repr(edited)
     assert edited.description.dtypes == {"cpu": ["float32", "float64"]}
+
+
+def test_a_check_of_one_name_describes_the_others_without_importing_them(tmp_path):
+    """The results file lists every implementation; one the run did not run is described
+    from the cache (a numpy check imported torch, Keras and compiled every torch.compile
+    name to write that list: 6 of its 8 s), and a merge keeps a run's fuller entry."""
+    env = {**os.environ, cache.CACHE_ENV: str(tmp_path / "cache")}
+    env.pop(registry.PLUGINS_ENV, None)
+    _no_builtins_loaded_list(env)  # the cache, as after any first command
+    out = tmp_path / "c.json"
+    code = ("import sys; from suite import cli; cli.main(['check', '--impl', 'numpy', '-k', "
+            f"'masking/none', '--dtype', 'float32', '--workers', '0', '--json', {str(out)!r}]); "
+            "print('IMPORTED', sorted(m for m in ('torch', 'jax', 'keras') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+    assert done.stdout.splitlines()[-1] == "IMPORTED []", done.stdout[-2000:] + done.stderr
+    impls = {i["name"]: i for i in json.loads(out.read_text())["implementations"]}
+    assert impls["numpy"].get("checked") is not False and impls["numpy"]["deviations"][
+        "nan_padding"]["reason"].startswith("a NaN or inf value")
+    sdpa = impls["torch.sdpa"]
+    assert sdpa["checked"] is False and sdpa["available"] and "cpu" in sdpa["devices"]
+    assert sdpa["deviations"]["nan_padding"]["policy"] == "confined"
+    from suite.records import merge_conformance
+
+    full = dict(sdpa, checked=True, deviations={"nan_padding": {"policy": "confined",
+                                                                "reason": "measured"}})
+    merged = tmp_path / "m.json"
+    run = {"machine_info": {}, "commit_info": {}}
+    merge_conformance(str(merged), run, [full], [])
+    merge_conformance(str(merged), run, [sdpa], [])
+    (kept,) = json.loads(merged.read_text())["implementations"]
+    assert kept["deviations"]["nan_padding"]["reason"] == "measured"

@@ -232,8 +232,14 @@ def implementations(config, records: Iterable[dict] = (),
     """The registry's implementations as the results file describes them; an available one
     run by a sampled check carries ``left_to_check`` (family -> cases not run)."""
     records = list(records)
+    ran = {r.get("impl") for r in records} | set(left or {})
     out = []
     for e in Selection.from_config(config).registry().entries.values():
+        if e.name not in ran and e.loaded_from_cache():
+            # not run here and not loaded: its cached description, no framework imported (a
+            # check of one name loaded every built-in to write this list: 6 of its 8 s)
+            out.append(_from_description(e))
+            continue
         item = {"name": e.name, "source": e.source, "available": e.available, "error": e.error,
                 "framework": None, "framework_version": None, "devices": [], "dtypes": {},
                 "features": [], "deviations": {}}
@@ -251,6 +257,23 @@ def implementations(config, records: Iterable[dict] = (),
                 item["stale_deviations"] = []
         out.append(item)
     return out
+
+
+def _from_description(e) -> dict:
+    """A results-file entry of an implementation this run did not run, from the registry's
+    cached description: the declared policies without their reasons, ``checked`` false (a
+    merge keeps a run's fuller entry over it)."""
+    d = e.description
+    item = {"name": e.name, "source": e.source, "available": d is not None, "error": e.error,
+            "framework": None, "framework_version": None, "devices": [], "dtypes": {},
+            "features": [], "deviations": {}, "checked": False}
+    if d is not None:
+        item.update(framework=d.framework, framework_version=d.framework_version,
+                    devices=list(d.devices), dtypes={k: list(v) for k, v in d.dtypes.items()},
+                    features=sorted(d.features),
+                    deviations={b: {"policy": text, "reason": "(not run here)"}
+                                for b, text in d.deviations.items()})
+    return item
 
 
 def write_json(path: str, records: Iterable[dict], config,
