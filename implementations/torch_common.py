@@ -217,10 +217,56 @@ class TorchCore(Implementation):
             v = v.repeat_interleave(H // K, dim=1)  # (B, H, S, V)
         if layout not in (None, "expanded"):  # the layouts family: this memory layout
             q, k, v = arrange(q, layout), arrange(k, layout), arrange(v, layout)
-        heads, weights = self.attend(q, k, v, state["mask"], p.effective_scale,
-                                     state["need_weights"])
+        if p.steps is not None:  # a generating module: chunk by chunk against a cache
+            heads, weights = self.attend_in_steps(q, k, v, state["mask"], p), None
+        else:
+            heads, weights = self.attend(q, k, v, state["mask"], p.effective_scale,
+                                         state["need_weights"])
         concat = heads.transpose(1, 2).reshape(B, L, H * V)  # (B, L, H*V)
         return proj(concat, x["w_o"], x["b_o"]), weights  # (B, L, E)
+
+    def attend_in_steps(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: AttendMask, p: Problem) -> torch.Tensor:
+        """The rows chunk by chunk (``p.steps``), each chunk's keys and values put in a cache
+        first (``cache_append``, or ``cache_write`` into a static cache of ``p.cache_len``
+        slots) and its rows given to ``attend`` with the cache and the mask's rows over it
+        (slots not yet written masked; no causal flag: a chunk's rows sit at an offset):
+        heads (B, H, L, V)."""
+        if p.cache_len is None:
+            kc, vc = k[:, :, :0], v[:, :, :0]
+        else:
+            kc = k.new_zeros(k.shape[:2] + (p.cache_len, k.shape[3]))
+            vc = v.new_zeros(v.shape[:2] + (p.cache_len, v.shape[3]))
+        heads, start = [], 0
+        for n in p.steps:
+            end = start + n
+            if p.cache_len is None:
+                kc, vc = self.cache_append(kc, vc, k[:, :, start:end], v[:, :, start:end])
+            else:
+                kc, vc = self.cache_write(kc, vc, k[:, :, start:end], v[:, :, start:end], start)
+            allowed = mask.allowed.new_zeros(mask.allowed.shape[:2] + (n, kc.shape[2]))
+            allowed[..., :end] = mask.allowed[:, :, start:end, :end]
+            bias = mask.bias.new_full(mask.bias.shape[:2] + (n, kc.shape[2]), -math.inf)
+            bias[..., :end] = mask.bias[:, :, start:end, :end]
+            rows = mask.replace(bias=bias, allowed=allowed, causal_only=False,
+                                dead_keys=~allowed.any(dim=-2).unsqueeze(-1))
+            h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
+            heads.append(h)
+            start = end
+        return torch.cat(heads, dim=2)
+
+    def cache_append(self, kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A growing cache: the chunk's keys and values after those held."""
+        return torch.cat([kc, k], dim=2), torch.cat([vc, v], dim=2)
+
+    def cache_write(self, kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor, start: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A static cache: the chunk's keys and values at their positions start.."""
+        kc, vc = kc.clone(), vc.clone()
+        kc[:, :, start:start + k.shape[2]] = k
+        vc[:, :, start:start + v.shape[2]] = v
+        return kc, vc
 
     def run(self, state: Dict[str, Any]):
         if not state["grad"]:

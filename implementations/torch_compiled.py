@@ -60,7 +60,8 @@ class TorchCompiled(CompiledPerShape, TorchEager):
 
     name = "torch.compile"
     # its compiled core is the plain algorithm: no score variants
-    features = TorchEager.features - {"weights"} - VARIANT_FEATURES
+    # no steps: a compile for every chunk's shape
+    features = TorchEager.features - {"weights", "steps", "static_cache"} - VARIANT_FEATURES
     compiles_per_shape = True  # each new shape or mask kind recompiles (2-20 s cold, CPU)
     compiled = True  # False: the same core run eagerly (the other side of its contract)
     contracts = (Contract("agrees_uncompiled", "agrees", {"compiled": False},

@@ -16,7 +16,8 @@ from suite.plugin import VARIANT_FEATURES, Deviation
 
 class TorchEager(TorchCore):
     name = "torch.eager"
-    features = TorchCore.features | {"weights", "decode"} | VARIANT_FEATURES
+    features = TorchCore.features | {"weights", "decode", "steps", "static_cache"} | \
+        VARIANT_FEATURES
     layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "

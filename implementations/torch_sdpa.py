@@ -67,7 +67,7 @@ class TorchSDPA(TorchCore):
     name = "torch.sdpa"
     # SDPA takes value heads of their own width (E_v != E: multi-head latent attention)
     # and the decode form: rows at per-batch offsets, as a mask (SDPA has no offset of its own)
-    features = TorchCore.features | {"value_width", "decode"}
+    features = TorchCore.features | {"value_width", "decode", "steps", "static_cache"}
     layouts = ALL_LAYOUTS  # SDPA takes strided views, slices and expanded tensors as they come
     repeat_kv = not HAS_GQA
     mask_forms = SDPA_FORMS
@@ -103,7 +103,8 @@ class TorchSDPA(TorchCore):
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 # Mask kinds that reach SDPA as a float attn_mask (everything but is_causal alone).
-MASKED = frozenset({"valid_lens", "causal_bottom_right", "bool_mask", "bias", "decode"})
+MASKED = frozenset({"valid_lens", "causal_bottom_right", "bool_mask", "bias", "decode",
+                    "steps", "static_cache"})  # (a chunk's rows over its cache: a mask)
 # torch < 2.3 has no torch.nn.attention.sdpa_kernel: its context manager takes one flag
 # per backend (cudnn has none there).
 LEGACY_FLAGS = {"flash": "enable_flash", "efficient": "enable_mem_efficient", "math": "enable_math"}

@@ -132,3 +132,25 @@ def test_a_hugging_face_model_generates_with_its_own_caches_and_a_forgetting_cac
 
     out = _run(Forgets(), "prefill_then_steps", "float32")
     assert out.outcome == "fail" and "first wrong at step 2 of 6" in out.reason, out.reason
+
+
+def test_torch_references_generate_with_their_own_cache_and_a_planted_one_fails():
+    """torch.eager and torch.sdpa run the chunks through TorchCore (cache_append,
+    cache_write; a chunk's rows as a mask over the cache, no causal flag); torch.eager with
+    a cache appended twice fails at step 2."""
+    torch_eager = pytest.importorskip("implementations.torch_eager")
+    from implementations.torch_sdpa import TorchSDPA
+
+    for impl in (torch_eager.TorchEager(), TorchSDPA()):
+        for name in NAMES:
+            out = _run(impl, name, "float32")
+            assert out.outcome == "pass", (impl.name, name, out.reason)
+
+    class Twice(torch_eager.TorchEager):
+        name = "bug.torch_cache_appended_twice"
+
+        def cache_append(self, kc, vc, k, v):
+            return super().cache_append(*super().cache_append(kc, vc, k, v), k, v)
+
+    out = _run(Twice(), "prefill_then_steps", "float32")
+    assert out.outcome == "fail" and "first wrong at step 2 of 6" in out.reason, out.reason
