@@ -266,7 +266,7 @@ def _from_description(e) -> dict:
     d = e.description
     item = {"name": e.name, "source": e.source, "available": d is not None, "error": e.error,
             "framework": None, "framework_version": None, "devices": [], "dtypes": {},
-            "features": [], "deviations": {}, "checked": False}
+            "features": [], "deviations": {}, "stale_deviations": [], "checked": False}
     if d is not None:
         item.update(framework=d.framework, framework_version=d.framework_version,
                     devices=list(d.devices), dtypes={k: list(v) for k, v in d.dtypes.items()},
