@@ -219,3 +219,21 @@ def test_check_runs_the_native_level_by_default_and_says_how_to_run_the_others(t
                             "--isa all also runs"), first
     levels = {r["isa"] for r in json.loads(out.read_text())["results"]}
     assert levels == {_levels()[-1]}, levels
+
+
+def test_a_covering_check_spreads_the_other_families_over_the_lower_levels():
+    """CI's --cover runs lanes and special values at every lower level and each other family
+    at one of them (with one lower level, all of them there); a full check runs all five at
+    every level."""
+    import argparse
+
+    from suite.cli import ISA_FAMILIES, level_families
+
+    cover = argparse.Namespace(cover=True)
+    two = [set(level_families(cover, i, 2)) for i in range(2)]
+    assert all({"lanes", "special_values"} <= fams for fams in two)
+    assert set.union(*two) == set(ISA_FAMILIES)
+    assert sum(len(f) for f in two) == len(ISA_FAMILIES) + 2  # the others once each
+    assert set(level_families(cover, 0, 1)) == set(ISA_FAMILIES)
+    full = argparse.Namespace(cover=False)
+    assert [level_families(full, i, 2) for i in range(2)] == [ISA_FAMILIES] * 2
