@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from implementations.jax_common import JAX_DTYPES, JaxModuleCore, _np, tf32_on_gpu
+from implementations.jax_common import EINSUM_LAYERS, JAX_DTYPES, JaxModuleCore, _np, tf32_on_gpu
 from suite import adapters, cache, probes
 from suite.plugin import Contract, Deviation, Unsupported
 from suite.problem import Problem
@@ -160,6 +160,7 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
     bias input; ``use_bias`` is all or nothing."""
 
     name = "flax.linen[fp32_softmax]"
+    layers = EINSUM_LAYERS  # DenseGeneral kernels: read back by read_weights
     framework = "flax"
     array_library = "jax"
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross"})
@@ -196,12 +197,7 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
             num_heads=p.H, qkv_features=p.H * p.D, out_features=p.E, dtype=t, param_dtype=t,
             use_bias=all(present), dropout_rate=0.0, deterministic=True,
             force_fp32_for_softmax=self.force_fp32_for_softmax)
-        kernels = adapters.to_einsum(w, p.H, p.K)  # q/k/v (E, H, D), o (H, D, E)
-        params = {name: {"kernel": jnp.asarray(kernels[role].weight, t),
-                         **({"bias": jnp.asarray(kernels[role].bias, t)} if all(present)
-                            else {})}
-                  for role, name in zip("qkvo", ("query", "key", "value", "out"))}
-        return module, params
+        return module, self.einsum_params(p, dtype)  # q/k/v (E, H, D), o (H, D, E)
 
     def call(self, module, params, query, key, value, mask, need_weights):
         return module.apply({"params": params}, query, key, value, mask=mask.mask)

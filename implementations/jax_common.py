@@ -238,6 +238,10 @@ class JaxCore(_Compiled):
         return Result(_np(handle))
 
 
+# linen.MultiHeadDotProductAttention's (and nnx's) projection names (``einsum_params``).
+EINSUM_LAYERS = {"q": "query", "k": "key", "v": "value", "o": "out"}
+
+
 class JaxModuleCore(_Compiled):
     """A whole JAX module (projections included) as a plugin: subclasses write ``build``
     (the module's static part and its parameters for a problem, the canonical weights in
@@ -277,20 +281,40 @@ class JaxModuleCore(_Compiled):
                                        else {"bias": jnp.asarray(param.bias, t)})}
                 for role, param in adapters.to_conv1d(problem.weights).items()}
 
+    def einsum_params(self, problem: Problem, dtype: str) -> Dict[str, Dict[str, Any]]:
+        """The canonical weights as Flax ``nn.DenseGeneral`` (and Keras ``EinsumDense``)
+        parameters of the ``layers``: q/k/v kernels (E, heads, D) with biases (heads, D), the
+        output kernel (H, D, E) with bias (E,), as ``linen.MultiHeadDotProductAttention``
+        names them with ``layers = EINSUM_LAYERS`` (no "bias" when the problem has none).
+        ``read_weights`` and ``weight_grads`` read this layout back by the kernels' rank."""
+        t = JAX_DTYPES[dtype]
+        p = problem
+        return {self.layers[role]: {"kernel": jnp.asarray(param.weight, t),
+                                    **({} if param.bias is None
+                                       else {"bias": jnp.asarray(param.bias, t)})}
+                for role, param in adapters.to_einsum(p.weights, p.H, p.K).items()}
+
+    def _canonical(self, tree: Any) -> Dict[str, np.ndarray]:
+        """A tree in the layout of ``dense_params`` (2-d kernels) or ``einsum_params``
+        (3-d), read through ``layers`` -> canonical names."""
+        per_role = {role: adapters.Param(_np(tree[name]["kernel"]),
+                                         _np(tree[name]["bias"]) if "bias" in tree[name]
+                                         else None)
+                    for role, name in self.layers.items()}
+        ranks = {role: param.weight.ndim for role, param in per_role.items()}
+        if set(ranks.values()) == {2}:
+            return adapters.grads_from_conv1d(per_role)
+        if set(ranks.values()) == {3}:
+            return adapters.grads_from_einsum(per_role)
+        raise ValueError(f"kernels of ranks {ranks}: neither nn.Dense (in, out) nor "
+                         "nn.DenseGeneral (E, heads, D) / (H, D, E) throughout")
+
     def read_weights(self, params: Any) -> Dict[str, np.ndarray]:
         """The canonical weights held in parameters ``params`` (the tree ``build`` made),
-        under canonical names: the inverse of ``dense_params``, read through ``layers``
-        ({"kernel": (in, out), "bias": (out,)} each). A wrapper with its own parameter
-        layout overrides it beside ``build`` and ``weight_grads``."""
-        per_role = {}
-        for role, name in self.layers.items():
-            entry = params[name]
-            kernel = _np(entry["kernel"])
-            if kernel.ndim != 2:
-                raise ValueError(f"{name}: kernel {kernel.shape} is not an nn.Dense (in, out)")
-            per_role[role] = adapters.Param(kernel, _np(entry["bias"]) if "bias" in entry
-                                            else None)
-        return adapters.grads_from_conv1d(per_role)
+        under canonical names: the inverse of ``dense_params`` or ``einsum_params``, read
+        through ``layers``. A wrapper with another parameter layout overrides it beside
+        ``build`` and ``weight_grads``."""
+        return self._canonical(params)
 
     def check_wrapper(self, problem: Problem) -> List[str]:
         """The wrapper's own translation, before any verdict on the library: the weights
@@ -337,10 +361,7 @@ class JaxModuleCore(_Compiled):
 
     def weight_grads(self, grads: Any) -> Dict[str, np.ndarray]:
         """Gradients of the parameters (the tree ``build`` made) -> canonical names."""
-        return adapters.grads_from_conv1d({
-            role: adapters.Param(_np(grads[name]["kernel"]),
-                                 _np(grads[name]["bias"]) if "bias" in grads[name] else None)
-            for role, name in self.layers.items()})
+        return self._canonical(grads)
 
     def prepare(self, problem: Problem, device: str, dtype: str, *, need_weights: bool = False,
                 grad: bool = False) -> Dict[str, Any]:

@@ -287,3 +287,17 @@ def test_hf_model_pre_hook_example_passes_and_fails_without_its_hook(cli, tmp_pa
     proc = cli("check", "--plugin", str(plugin), "--impl", "mine.roformer", "--dtype", "float32",
                "--workers", "0", "-k", "masking/none")
     assert proc.returncode == 1, proc.stdout[-3000:]
+
+
+def test_linen_dense_general_example_reads_its_weights_back_and_runs_the_cases(cli, tmp_path):
+    """#42 item 5: a linen module with DenseGeneral kernels wraps from the manual alone
+    (einsum_params, EINSUM_LAYERS): the weights check reads them back and the masking,
+    gradient and wrapper cases pass or are declared."""
+    pytest.importorskip("flax")
+    code = _block_with("Testing your own module", "einsum_params(p, dtype)")
+    records = _run_example(cli, tmp_path, code, 20, "mine.linen", "-k",
+                           "masking or gradients or wrapper")
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
+    assert outcome[("wrapper", "weights")] == "pass", outcome
+    assert not {"fail", "error"} & set(outcome.values()), outcome
+    assert sum(o == "pass" for o in outcome.values()) >= 10, outcome
