@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from suite.adapters import AttendMask, ScoreVariants, attend_mask
+from suite.adapters import AttendMask, ScoreVariants, attend_mask, cached_chunks
 from suite.plugin import VARIANT_FEATURES, Deviation, Implementation, Result
 from suite.problem import Problem
 from suite.variants import Alibi, RelBias, ScoreMod
@@ -84,25 +84,20 @@ class NumpyCore(Implementation):
         first (``cache_append``, or ``cache_write`` into a static cache of ``p.cache_len``
         slots) and its rows attending everything the cache holds (slots not yet written
         masked): heads (B, H, L, V)."""
-        B, H, L, _ = q.shape
-        if p.cache_len is None:
-            kc, vc = k[:, :, :0], v[:, :, :0]
-        else:
-            kc = np.zeros(k.shape[:2] + (p.cache_len, k.shape[3]), k.dtype)
-            vc = np.zeros(v.shape[:2] + (p.cache_len, v.shape[3]), v.dtype)
+        L = q.shape[2]
+
+        def empty(slots: int):
+            return (np.zeros(k.shape[:2] + (slots, k.shape[3]), k.dtype),
+                    np.zeros(v.shape[:2] + (slots, v.shape[3]), v.dtype))
+
         bias = mask.bias if mask.bias is not None else np.zeros((1, 1, L, L), q.dtype)
-        heads, start = [], 0
-        for n in p.steps:
-            end = start + n
-            if p.cache_len is None:
-                kc, vc = self.cache_append(kc, vc, k[:, :, start:end], v[:, :, start:end])
-            else:
-                kc, vc = self.cache_write(kc, vc, k[:, :, start:end], v[:, :, start:end], start)
-            rows = np.full(bias.shape[:2] + (n, kc.shape[2]), -np.inf, bias.dtype)
+        heads = []
+        for start, end, kc, vc in cached_chunks(p, k, v, empty, self.cache_append,
+                                                self.cache_write):
+            rows = np.full(bias.shape[:2] + (end - start, kc.shape[2]), -np.inf, bias.dtype)
             rows[..., :end] = bias[:, :, start:end, :end]  # slots past the sequence: masked
             h, _ = self.attend(q[:, :, start:end], kc, vc, mask.replace(bias=rows), scale, False)
             heads.append(h)
-            start = end
         return np.concatenate(heads, axis=2)
 
     def cache_append(self, kc, vc, k, v):

@@ -232,18 +232,14 @@ class TorchCore(Implementation):
         slots) and its rows given to ``attend`` with the cache and the mask's rows over it
         (slots not yet written masked; no causal flag: a chunk's rows sit at an offset):
         heads (B, H, L, V)."""
-        if p.cache_len is None:
-            kc, vc = k[:, :, :0], v[:, :, :0]
-        else:
-            kc = k.new_zeros(k.shape[:2] + (p.cache_len, k.shape[3]))
-            vc = v.new_zeros(v.shape[:2] + (p.cache_len, v.shape[3]))
-        heads, start = [], 0
-        for n in p.steps:
-            end = start + n
-            if p.cache_len is None:
-                kc, vc = self.cache_append(kc, vc, k[:, :, start:end], v[:, :, start:end])
-            else:
-                kc, vc = self.cache_write(kc, vc, k[:, :, start:end], v[:, :, start:end], start)
+        def empty(slots: int):
+            return (k.new_zeros(k.shape[:2] + (slots, k.shape[3])),
+                    v.new_zeros(v.shape[:2] + (slots, v.shape[3])))
+
+        heads = []
+        for start, end, kc, vc in adapters.cached_chunks(p, k, v, empty, self.cache_append,
+                                                         self.cache_write):
+            n = end - start
             allowed = mask.allowed.new_zeros(mask.allowed.shape[:2] + (n, kc.shape[2]))
             allowed[..., :end] = mask.allowed[:, :, start:end, :end]
             bias = mask.bias.new_full(mask.bias.shape[:2] + (n, kc.shape[2]), -math.inf)
@@ -252,7 +248,6 @@ class TorchCore(Implementation):
                                 dead_keys=~allowed.any(dim=-2).unsqueeze(-1))
             h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
             heads.append(h)
-            start = end
         return torch.cat(heads, dim=2)
 
     def cache_append(self, kc: torch.Tensor, vc: torch.Tensor, k: torch.Tensor,

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -453,6 +453,25 @@ class FormProblem(Problem):
     canonical problem."""
 
     mask_form: str = ""
+
+
+def cached_chunks(p: Problem, k: Any, v: Any, empty: Callable[[int], Tuple[Any, Any]],
+                  append: Callable[..., Tuple[Any, Any]], write: Callable[..., Tuple[Any, Any]]
+                  ) -> Iterator[Tuple[int, int, Any, Any]]:
+    """Walk ``p.steps`` as a generating module does, in any array library: each chunk's
+    keys and values (k, v (B, heads, L, D), sliced on axis 2) go into the cache first,
+    ``append(kc, vc, k, v)`` to a growing one or ``write(kc, vc, k, v, start)`` into a
+    static one of ``p.cache_len`` slots (``empty(slots)`` makes a cache); yields (start,
+    end, the cache's keys, its values) per chunk, the chunk's rows being start..end-1."""
+    static = p.cache_len is not None
+    kc, vc = empty(p.cache_len if static else 0)
+    start = 0
+    for n in p.steps:
+        end = start + n
+        ks, vs = k[:, :, start:end], v[:, :, start:end]
+        kc, vc = write(kc, vc, ks, vs, start) if static else append(kc, vc, ks, vs)
+        yield start, end, kc, vc
+        start = end
 
 
 def with_form(problem: Problem, form: str) -> FormProblem:
