@@ -37,7 +37,6 @@ from suite.plugin import (
     declared,
     deviations_for,
     expressible,
-    grouped_for,
 )
 from suite.problem import Problem
 from suite.vocab import FAILED_OUTCOMES
@@ -396,8 +395,7 @@ def _nan_weight_rows(got: np.ndarray, ref: np.ndarray, policy_rows: np.ndarray
 def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcome:
     """Classify result ``res`` of problem ``p``: the spec first, then any declared policy."""
     dtype = out.dtype
-    # a generating module's chunks return no weights (each chunk's would cover its cache)
-    with_weights = "weights" in getattr(impl, "features", ()) and p.steps is None
+    with_weights = _with_weights(impl, p)
     exhibited = behaviours(p)
     out.behaviours = sorted(set(out.behaviours) | set(exhibited))
     out.isa = isa = implementation_isa(impl, out.device)
@@ -445,6 +443,13 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     return out.classify("deviation", f"declared {said}; {checked}")
 
 
+def _with_weights(impl: Implementation, p: Problem) -> bool:
+    """Whether ``impl`` is asked for (and judged on) the attention weights of ``p``: where it
+    declares them, but not for a generating module's chunks (each chunk's would cover its
+    cache)."""
+    return "weights" in declared(impl, "features") and p.steps is None
+
+
 def _reaching(impl: Implementation, p: Problem, out: Outcome, known: List[KnownBehaviour],
               with_weights: bool) -> List[KnownBehaviour]:
     """``known`` less the behaviours of one kernel that ``impl``'s call on ``p`` does not
@@ -453,10 +458,8 @@ def _reaching(impl: Implementation, p: Problem, out: Outcome, known: List[KnownB
     if not any(kb.kernel for kb in known):
         return known
     try:
-        state = impl.prepare(grouped_for(impl, p), out.device, out.dtype,
-                             need_weights=with_weights, grad=False)
-        calls = kernel_calls(array_library(impl),
-                             lambda: (impl.run(state), impl.synchronize(state)))
+        calls = kernel_calls(array_library(impl), lambda: call(
+            impl, p, out.device, out.dtype, need_weights=with_weights))
     except Exception:
         calls = None
     return [kb for kb in known if kb.reached(calls)]
@@ -480,7 +483,7 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
         p = expressible(impl, p, distinct_kv=distinct_kv)  # the oracle judges what ran
     except Unsupported as exc:
         return out.classify("unsupported", str(exc))
-    with_weights = "weights" in declared(impl, "features") and p.steps is None
+    with_weights = _with_weights(impl, p)
     results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
     if refused:
         return out.classify(*refused)
