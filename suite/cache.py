@@ -77,14 +77,24 @@ def fingerprint() -> Dict[str, Optional[str]]:
     return key
 
 
+# The suite's own metadata folder: in an editable install it lies in the source tree, which is
+# on ``sys.path`` only when a run starts there (``python -m suite.cli`` from the clone, pytest's
+# rootdir) and not from the ``mha-suite`` script; the sources digest stands for the suite.
+_OWN_METADATA = re.compile(r"mha[_-]suite([-.].*)?\.(dist|egg)-info$", re.IGNORECASE)
+
+
 def _distributions_digest() -> str:
     """The installed distributions and their versions, as their metadata folders on
-    ``sys.path`` name them (``optax-0.2.4.dist-info``): a listing, no file read."""
+    ``sys.path`` name them (``optax-0.2.4.dist-info``): a listing, no file read. The suite's
+    own is left out: where a run starts must not change the key (the ``mha-suite`` script
+    and ``python -m suite.cli`` in the clone described every built-in anew, 10 s, each time
+    the other had written the cache)."""
     names = set()
     for entry in sys.path:
         try:
             names.update(n for n in os.listdir(entry or ".")
-                         if n.endswith((".dist-info", ".egg-info")))
+                         if n.endswith((".dist-info", ".egg-info"))
+                         and not _OWN_METADATA.match(n))
         except OSError:
             continue
     return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]

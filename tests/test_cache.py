@@ -153,6 +153,19 @@ def test_a_dependency_installed_later_makes_a_cached_unavailable_answer_stale(
         cache.fingerprint.cache_clear()
 
 
+def test_where_a_run_starts_does_not_change_the_key(tmp_path, monkeypatch):
+    """The suite's own editable metadata in the working directory (``python -m suite.cli``
+    in the clone) keys what the ``mha-suite`` script keys; another distribution there does
+    not."""
+    before = cache._distributions_digest()
+    (tmp_path / "mha_suite.egg-info").mkdir()
+    (tmp_path / "mha_suite-0.9.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cache._distributions_digest() == before
+    (tmp_path / "optax-0.2.4.dist-info").mkdir()
+    assert cache._distributions_digest() != before
+
+
 def test_refresh_computes_again_and_rewrites(cache_dir, monkeypatch):
     monkeypatch.setattr(cache, "READ", set())
     monkeypatch.setattr(cache, "_REFRESH", False)
