@@ -8,7 +8,10 @@ torch; the GPU sessions install without it and are not run by default.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -41,36 +44,84 @@ CHECK_CI = ["--cover", "--strict-declarations"]
 
 class Steps:
     """Each step's wall time, printed at the end of a session (also when a step fails), so
-    CI's log shows where its budget goes."""
+    CI's log shows where its budget goes, and recorded in RESULTS/timings/SESSION.json (the
+    machine, the commit, each step, how the session ended) for the docs' "Measured" page."""
 
     def __init__(self, session: nox.Session) -> None:
-        self.session, self.times = session, []
+        self.session, self.times, self.ok = session, [], False
+        self.started = time.time()
 
     def run(self, label: str, *args: str, **kwargs) -> None:
+        self.call(label, self.session.run, *args, **kwargs)
+
+    def call(self, label: str, fn, *args, **kwargs) -> None:
         start = time.monotonic()
         try:
-            self.session.run(*args, **kwargs)
+            fn(*args, **kwargs)
         finally:
             self.times.append((label, time.monotonic() - start))
 
-    def summary(self) -> None:
+    def summary(self, ok: bool) -> None:
         total = sum(t for _, t in self.times)
         lines = [f"{label:<42} {t / 60:6.1f} min" for label, t in self.times]
         self.session.log("step times:\n  " + "\n  ".join(
             [*lines, f"{'total':<42} {total / 60:6.1f} min"]))
+        record = {"session": self.session.name, "commit": _commit(), "machine": _machine(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+                  "cache_dir": os.environ.get("MHA_SUITE_CACHE_DIR"),
+                  "steps": [{"step": label, "seconds": round(t, 1)} for label, t in self.times],
+                  "seconds": round(total, 1), "passed": ok}
+        path = Path(RESULTS) / "timings" / f"{self.session.name}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=1) + "\n")
+        except OSError as exc:  # the times are in the log above; a record is a copy
+            self.session.warn(f"timings not recorded in {path}: {exc}")
+
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.summary(ok=kind is None)
+
+
+def _commit() -> str:
+    """HEAD's short hash, "+changes" when the working tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT,
+                              timeout=30).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD") or "unknown"
+        return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _machine() -> dict:
+    """The CPU as /proc/cpuinfo names it, its cores and the vector extensions that set
+    torch's kernels (a timing means little without them)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(),
+            "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The manual's strict build, the harness tests, CI's covering conformance check, and a
     ci-preset sweep with its report."""
-    install(session, "all,docs")
-    steps = Steps(session)
-    try:
+    with Steps(session) as steps:
+        steps.call("install", install, session, "all,docs")
         manual(session, steps)
         ci_steps(session, steps)
-    finally:
-        steps.summary()
 
 
 def ci_steps(session: nox.Session, steps: Steps) -> None:
@@ -107,10 +158,9 @@ def check_full(session: nox.Session) -> None:
     implementation in every dtype, at every CPU level here (Keras on each backend),
     declarations strict; then its report. Run it on a fresh clone before resolving work that
     changes verdicts."""
-    install(session)
-    steps = Steps(session)
     out = f"{RESULTS}/full"
-    try:
+    with Steps(session) as steps:
+        steps.call("install", install, session)
         steps.run("pytest tests -m slow", "pytest", "tests", "-n", "auto", "-m", "slow",
                   "--durations=5")
         steps.run("check (every level)", "mha-suite", "check", "--isa", "all",
@@ -120,8 +170,6 @@ def check_full(session: nox.Session) -> None:
                   "--strict-declarations", "--json", f"{out}/conformance.json",
                   *session.posargs, env={"KERAS_BACKEND": "jax"})
         steps.run("report", "mha-suite", "report", out, "--out", f"{out}/report.html")
-    finally:
-        steps.summary()
 
 
 @nox.session
@@ -181,33 +229,29 @@ RUN_PACKAGES = ["hypothesis>=6.90"]
 @nox.session
 def run(session: nox.Session) -> None:
     """The main job: conformance + the default sweep + the HTML report."""
-    session.install("-e", f".[{RUN_EXTRAS}]", *RUN_PACKAGES, "-c", CPU_CONSTRAINTS)
-    session.run("mha-suite", "run", "--out", RESULTS, *session.posargs)
+    with Steps(session) as steps:
+        steps.call("install", session.install, "-e", f".[{RUN_EXTRAS}]", *RUN_PACKAGES,
+                   "-c", CPU_CONSTRAINTS)
+        steps.run("mha-suite run", "mha-suite", "run", "--out", RESULTS, *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and the import contracts in pyproject.toml (layers, no cycles, no product module
     importing a test module or a conftest); no framework installed (seconds)."""
-    steps = Steps(session)
-    try:
-        session.install("ruff>=0.5", "import-linter>=2.1")
+    with Steps(session) as steps:
+        steps.call("install", session.install, "ruff>=0.5", "import-linter>=2.1")
         steps.run("ruff", "ruff", "check", ".", *session.posargs)
         # import-linter reads the packages from the source tree: no install, no frameworks
         steps.run("import contracts", "lint-imports", env={"PYTHONPATH": str(ROOT)})
-    finally:
-        steps.summary()
 
 
 @nox.session(name="docs")
 def docs_session(session: nox.Session) -> None:
     """The manual alone (``nox -s tests`` builds it too, in its own environment)."""
-    install(session, "all,docs")
-    steps = Steps(session)
-    try:
+    with Steps(session) as steps:
+        steps.call("install", install, session, "all,docs")
         manual(session, steps)
-    finally:
-        steps.summary()
 
 
 def manual(session: nox.Session, steps: Steps) -> None:

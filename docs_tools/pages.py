@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from docs_tools import measured
+
 ROOT = Path(__file__).resolve().parent.parent
 REPRO = ROOT / "docs" / "repro"
 KNOWN_FILES = (ROOT / "suite" / "conformance" / "known_failures.txt",
@@ -363,4 +365,5 @@ def all_pages() -> Dict[str, str]:
             "reference/features.md": features_page(),
             "reference/policies.md": policies_page(),
             "reference/cli.md": cli_page(),
-            "findings.md": findings_page(entries)}
+            "findings.md": findings_page(entries),
+            "measured.md": measured.page()}

@@ -301,3 +301,18 @@ def test_linen_dense_general_example_reads_its_weights_back_and_runs_the_cases(c
     assert outcome[("wrapper", "weights")] == "pass", outcome
     assert not {"fail", "error"} & set(outcome.values()), outcome
     assert sum(o == "pass" for o in outcome.values()) >= 10, outcome
+
+
+def test_readme_is_one_screen_with_both_commands_and_their_measured_times():
+    """#41: at most 80 lines, none over 300 characters; the main job's and the tests'
+    commands, each followed by a time measured at a named commit."""
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 80, len(lines)
+    assert max(map(len, lines)) <= 300
+    for command in ("nox -s run", "nox -s lint tests"):
+        block = text.split(f".venv/bin/nox -s {command.split('-s ')[1]}\n```", 1)
+        assert len(block) == 2, command
+        after = block[1].strip().splitlines()[0]
+        assert re.match(r"\d+ min \d+ s from a fresh clone", after), after
+        assert re.search(r"at [0-9a-f]{7}", after), after
