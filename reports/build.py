@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 
 import pandas as pd
 
-from reports import figures, tables
+from reports import figures, headline, tables
 from reports.frames import conformance_frame, fit_exponent, sweeps_frame
 from suite import agreement
 from suite.records import read, write_atomic
@@ -55,12 +55,12 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
         "outcome_words": tables.OUTCOMES,
         "rule": {"text": agreement.RULE_TEXT, "k": agreement.RULE_K_TEXT,
                  "terms": agreement.RULE_TERMS},
-        "headline": {"verdicts": tables.headline_verdicts(tables.by_version(conformance),
+        "headline": {"verdicts": headline.verdicts(tables.by_version(conformance),
                                                           impls, styles),
-                     "fastest": tables.headline_fastest(figures.length_subset(ok)),
-                     "untrusted": tables.headline_untrusted(ok),
-                     "untrusted_mark": tables.UNTRUSTED_MARK,
-                     "unmeasured": tables.headline_unmeasured(sweeps, conformance, impls)},
+                     "fastest": headline.fastest(figures.length_subset(ok)),
+                     "untrusted": headline.untrusted(ok),
+                     "untrusted_mark": headline.UNTRUSTED_MARK,
+                     "unmeasured": headline.unmeasured(sweeps, conformance, impls)},
     }
     if base is not None:
         cmp = tables.compare_baseline(ok, base)
