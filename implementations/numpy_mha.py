@@ -147,7 +147,7 @@ class NumpyMHA(NumpyCore):
     the plain vectorised algorithm."""
 
     name = "numpy"
-    features = NumpyCore.features | {"weights", "decode", "steps", "static_cache"} | \
+    features = NumpyCore.features | {"weights", "decode", "packed", "steps", "static_cache"} | \
         VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "

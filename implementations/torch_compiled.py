@@ -185,7 +185,8 @@ class TorchFlex(CompiledPerShape, TorchCore):
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
     # Score variants through its score_mod (sinks and value widths are not FlexAttention's).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
-                          "cross", "gqa", "scale", "softcap", "alibi", "rel_bias", "score_mod"})
+                          "cross", "gqa", "scale", "softcap", "alibi", "rel_bias", "score_mod",
+                          "packed"})
     deviations = {
         "nan_padding": Deviation(
             "confined", "NaN in a padded value position gives NaN rows: the masked weight is 0 "
@@ -234,7 +235,10 @@ class TorchFlex(CompiledPerShape, TorchCore):
         if mask.form_name:  # a window form: its mask_mod, FlexAttention's own block mask
             kw["block_mask"] = _form_block_mask(mask, q.shape[0], q.shape[2], k.shape[2],
                                                 q.device)
-        elif mask.bias is not None:
+        elif mask.segments is not None:  # packed: the document mask its users write
+            kw["block_mask"] = _document_block_mask(mask, q.shape[2], q.device)
+        if not mask.form_name and mask.bias is not None and (
+                mask.segments is None or mask.kinds - {"packed", "causal"}):
             B, Hm, L, S = mask.bias.shape  # Hm is H or 1 (head-free mask)
             bias = mask.bias.reshape(-1)  # (B*Hm*L*S,)
             allowed = mask.allowed.expand(B, Hm, L, S).reshape(-1)  # (B*Hm*L*S,)
@@ -313,6 +317,22 @@ def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device: torch.dev
 
     return create_block_mask(mask_mod, B if lens is not None else None, None, L, S,
                              device=str(device))
+
+
+def _document_block_mask(mask: AttendMask, L: int, device: torch.device) -> Any:
+    """FlexAttention's ``BlockMask`` of a packed batch, as its document-masking example
+    writes it: token q sees token kv of the same document (causally where the problem is);
+    the rest of a mask, if any, stays in the score_mod."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    doc = torch.as_tensor(mask.segments, device=device)  # (B, L)
+    causal = "causal" in mask.kinds
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = doc[b, q_idx] == doc[b, kv_idx]
+        return same & (kv_idx <= q_idx) if causal else same
+
+    return create_block_mask(mask_mod, doc.shape[0], None, L, L, device=str(device))
 
 
 def fresh_compiled(impl: TorchCore) -> TorchCore:

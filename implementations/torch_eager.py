@@ -16,7 +16,7 @@ from suite.plugin import VARIANT_FEATURES, Deviation
 
 class TorchEager(TorchCore):
     name = "torch.eager"
-    features = TorchCore.features | {"weights", "decode", "steps", "static_cache"} | \
+    features = TorchCore.features | {"weights", "decode", "packed", "steps", "static_cache"} | \
         VARIANT_FEATURES
     layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(

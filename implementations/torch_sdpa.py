@@ -14,6 +14,7 @@ import functools
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -66,8 +67,9 @@ def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
 class TorchSDPA(TorchCore):
     name = "torch.sdpa"
     # SDPA takes value heads of their own width (E_v != E: multi-head latent attention)
-    # and the decode form: rows at per-batch offsets, as a mask (SDPA has no offset of its own)
-    features = TorchCore.features | {"value_width", "decode", "steps", "static_cache"}
+    # and the decode form: rows at per-batch offsets, as a mask (SDPA has no offset of its own);
+    # a packed row as a block-diagonal mask (the jagged path is torch.sdpa[jagged])
+    features = TorchCore.features | {"value_width", "decode", "packed", "steps", "static_cache"}
     layouts = ALL_LAYOUTS  # SDPA takes strided views, slices and expanded tensors as they come
     repeat_kv = not HAS_GQA
     mask_forms = SDPA_FORMS
@@ -100,11 +102,69 @@ class TorchSDPA(TorchCore):
         return contextlib.nullcontext()
 
 
+class TorchSDPAJagged(TorchCore):
+    """SDPA on nested jagged tensors (``torch.nested.nested_tensor_from_jagged``): a packed
+    row's sequences become the jagged batch, their cumulative lengths its offsets, and each
+    attends within itself with no mask at all (an unpacked problem: one sequence a row).
+    Jagged SDPA takes no attn_mask; where it refuses a call (``is_causal`` on the CPU in
+    torch 2.13: "No viable backend"), the case is unsupported with torch's reasons."""
+
+    name = "torch.sdpa[jagged]"
+    features = frozenset({"packed", "causal", "scale", "gqa", "grad"})
+    repeat_kv = True  # jagged matmuls take no broadcast over heads: GQA as repeated heads
+
+    def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        B, H, L, _ = q.shape
+        seg = mask.segments if mask.segments is not None else np.zeros((B, L), np.int64)
+        lens = [n for row in seg for n in np.bincount(row)]
+        offsets = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), device=q.device)
+
+        def jagged(x):  # (B, H, L, d) -> (sequences, H, j, d)
+            rows = x.permute(0, 2, 1, 3).reshape(B * L, x.shape[1], x.shape[3])
+            return torch.nested.nested_tensor_from_jagged(rows, offsets).transpose(1, 2)
+
+        causal = "causal" in mask.kinds
+        try:
+            out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v),
+                                                 is_causal=causal, scale=scale)
+        except RuntimeError as exc:
+            if "No viable backend" not in str(exc):
+                raise
+            raise Unsupported(f"{self.name}: torch {torch.__version__} runs no kernel for "
+                              f"this call ({_jagged_refusal(causal)})") from None
+        heads = out.transpose(1, 2).values()  # (B*L, H, V)
+        return heads.reshape(B, L, H, -1).permute(0, 2, 1, 3), None
+
+
+def _jagged_refusal(causal: bool) -> str:
+    """What torch logged as each backend refused a jagged call (its own words)."""
+    import logging
+
+    said: List[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(" ".join(record.getMessage().split()))
+
+    log = logging.getLogger("torch.nested._internal.sdpa")
+    keep = Keep()
+    log.addHandler(keep)
+    try:
+        x = torch.nested.nested_tensor_from_jagged(torch.zeros(3, 1, 8), torch.tensor([0, 1, 3]))
+        F.scaled_dot_product_attention(*(x.transpose(1, 2),) * 3, is_causal=causal)
+    except RuntimeError:
+        pass
+    finally:
+        log.removeHandler(keep)
+    reasons = [m for m in said if "not used because" not in m]
+    return "; ".join(dict.fromkeys(reasons)) or "torch gave no reason"
+
+
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 # Mask kinds that reach SDPA as a float attn_mask (everything but is_causal alone).
 MASKED = frozenset({"valid_lens", "causal_bottom_right", "bool_mask", "bias", "decode",
-                    "steps", "static_cache"})  # (a chunk's rows over its cache: a mask)
+                    "packed", "steps", "static_cache"})  # (a chunk's rows over its cache: a mask)
 # torch < 2.3 has no torch.nn.attention.sdpa_kernel: its context manager takes one flag
 # per backend (cudnn has none there).
 LEGACY_FLAGS = {"flash": "enable_flash", "efficient": "enable_mem_efficient", "math": "enable_math"}

@@ -209,7 +209,8 @@ def split_mask(problem: Problem, *, true_means: str = "attend", key_padding: boo
     causal = native_alignment(m, L, S, native_causal)
     if causal is not None:
         rest = dataclasses.replace(rest, causal=False)
-    if rest.valid_lens is not None or rest.causal or rest.allowed is not None:
+    if (rest.valid_lens is not None or rest.causal or rest.allowed is not None
+            or rest.segments is not None):
         allowed = rest.dense_allowed(B, heads, L, S)  # (B, H|1, L, S), True = attend
         allowed = allowed if per_head else allowed[:, 0]  # (B, L, S)
         parts["mask"] = allowed if true_means == "attend" else ~allowed
@@ -389,6 +390,10 @@ class AttendMask:
     form_name: str = ""
     form: Optional[FormMask] = None
     variants: Optional[ScoreVariants] = None
+    # A packed batch's sequence ids, int (B, L) NumPy (``Mask.segments``; already in
+    # ``bias``/``allowed``): for a kernel that packs natively (document masks, jagged
+    # tensors, cumulative lengths); None for an unpacked problem.
+    segments: Optional[np.ndarray] = None
 
     def replace(self, **arrays: Any) -> AttendMask:
         return dataclasses.replace(self, **arrays)
@@ -441,7 +446,8 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
             else put_float(a))
     return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
                       None if dead is None else put_bool(dead), m.kinds == {"causal"},
-                      m.kinds, m.causal_align, form_name, form, variants)
+                      m.kinds, m.causal_align, form_name, form, variants,
+                      None if m.segments is None else np.asarray(m.segments, np.int64))
 
 
 # ------------------------------------------------------------------------- mask forms

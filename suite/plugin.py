@@ -84,6 +84,9 @@ FEATURE_MEANINGS: Dict[str, str] = {
     "bias": "an additive float bias broadcastable to (B, H, Lq, Lk)",
     "decode": "the decode form: query rows at per-batch offsets into a key/value cache, "
               "causal at the offset (Mask.query_offset)",
+    "packed": "a packed batch: each row's tokens are sequences back to back "
+              "(Mask.segments, ids 0, 1, ... along the row), each token attending only "
+              "within its own sequence (cumulative lengths, document ids, jagged tensors)",
     "steps": "computes a causal self-attention problem in chunks (Problem.steps: a prefill, "
              "then decode steps), each against its own key/value cache",
     "static_cache": "with steps, a static cache of Problem.cache_len slots rather than a "

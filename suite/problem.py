@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -85,6 +85,7 @@ class Mask:
     allowed: Optional[np.ndarray] = None
     bias: Optional[np.ndarray] = None
     query_offset: Optional[np.ndarray] = None
+    segments: Optional[np.ndarray] = None
 
     @property
     def kinds(self) -> frozenset:
@@ -100,6 +101,8 @@ class Mask:
             out.add("bias")
         if self.query_offset is not None:
             out.add("decode")
+        if self.segments is not None:
+            out.add("packed")
         return frozenset(out)
 
     def is_empty(self) -> bool:
@@ -118,6 +121,9 @@ class Mask:
         elif self.causal:
             offset = 0 if self.causal_align == "top_left" else S - L
             allowed &= np.arange(S)[None, :] <= np.arange(L)[:, None] + offset  # (L, S)
+        if self.segments is not None:  # packed: a token sees its own sequence only
+            seg = np.asarray(self.segments)
+            allowed &= (seg[:, :, None] == seg[:, None, :])[:, None]  # (B, 1, L, L)
         if self.allowed is not None:
             allowed &= np.asarray(self.allowed, dtype=bool)
         return allowed
@@ -246,6 +252,30 @@ def _validate_steps(p: Problem) -> None:
                 f"an int >= L={L} (a static cache holds the whole sequence)", repr(p.cache_len))
 
 
+def _validate_segments(p: Problem) -> None:
+    """``mask.segments``: a packed batch, each row's tokens in contiguous sequences."""
+    seg, B, L = np.asarray(p.mask.segments), p.B, p.L
+    _expect(seg.shape == (B, L), "mask.segments", f"shape (B, L) = ({B}, {L})", f"{seg.shape}")
+    _expect(np.issubdtype(seg.dtype, np.integer), "mask.segments", "integers", seg.dtype)
+    _expect(p.S == L, "mask.segments", "a self-attention shape (Lq = Lk: the packed tokens "
+            "are the queries and the keys)", f"Lq={L}, Lk={p.S}")
+    _expect(bool((seg[:, :1] == 0).all() and (np.diff(seg, axis=1) >= 0).all()
+                 and (np.diff(seg, axis=1) <= 1).all()), "mask.segments",
+            "sequence ids 0, 1, 2, ... in order along each row (packed back to back)",
+            f"row 0: {seg[0].tolist()}")
+    _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
+            "no query_offset or steps beside it yet", "decode or steps set")
+    for name in ("alibi", "rel_bias", "score_mod"):  # positions restart in each sequence
+        _expect(getattr(p, name) is None, "mask.segments",
+                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
+                f"{name} set")
+
+
+def seq_lens(segments: np.ndarray) -> List[List[int]]:
+    """Each row's sequence lengths, in order: [[5, 7], [3, 4, 5]]."""
+    return [np.bincount(np.asarray(row)).tolist() for row in np.asarray(segments)]
+
+
 def validate(p: Problem, finite: bool = True) -> None:
     """Raise InputError naming the argument, what was expected and what arrived; ``finite``
     False lets NaN and inf into query, key and value (the special-values cases)."""
@@ -310,6 +340,8 @@ def validate(p: Problem, finite: bool = True) -> None:
             _expect(getattr(p, name) is None, "mask.query_offset",
                     "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
                     f"{name} set")
+    if m.segments is not None:
+        _validate_segments(p)
     if p.steps is not None or p.cache_len is not None:
         _validate_steps(p)
     for name, kind in (("allowed", "bool"), ("bias", "float")):

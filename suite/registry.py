@@ -49,6 +49,7 @@ BUILTINS: Dict[str, str] = {
     "numpy.flash": "implementations.numpy_flash:NumpyFlashMHA",
     "torch.eager": "implementations.torch_eager:TorchEager",
     "torch.sdpa": "implementations.torch_sdpa:TorchSDPA",
+    "torch.sdpa[jagged]": "implementations.torch_sdpa:TorchSDPAJagged",
     "torch.nn": "implementations.torch_nn:TorchNN",
     "torch.nn[sdpa]": "implementations.torch_nn:TorchNNSDPA",
     "torch.nn[fast]": "implementations.torch_nn:TorchNNFast",

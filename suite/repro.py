@@ -158,7 +158,8 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
     for name, value in (("num_kv_heads", p.num_kv_heads), ("scale", p.scale),
                         ("grad_output", p.grad_output), ("valid_lens", p.mask.valid_lens),
                         ("allowed", p.mask.allowed), ("bias", p.mask.bias),
-                        ("query_offset", p.mask.query_offset), ("softcap", p.softcap),
+                        ("query_offset", p.mask.query_offset),
+                        ("segments", p.mask.segments), ("softcap", p.softcap),
                         ("sinks", p.sinks), ("steps", p.steps), ("cache_len", p.cache_len),
                         ("value_head_dim", p.value_head_dim)):
         if value is not None:
@@ -184,7 +185,8 @@ def load_problem(path: Path) -> Tuple[Problem, Dict[str, np.ndarray]]:
     weights = Weights(**{f.name: d.pop(f.name, None) for f in dataclasses.fields(Weights)})
     mask = Mask(valid_lens=d.pop("valid_lens", None), causal=bool(d.pop("causal")),
                 causal_align=str(d.pop("causal_align")), allowed=d.pop("allowed", None),
-                bias=d.pop("bias", None), query_offset=d.pop("query_offset", None))
+                bias=d.pop("bias", None), query_offset=d.pop("query_offset", None),
+                segments=d.pop("segments", None))
     kv = d.pop("num_kv_heads", None)
     scale = d.pop("scale", None)
     p = Problem(query, key, value, weights, int(d.pop("num_heads")),

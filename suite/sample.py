@@ -49,6 +49,9 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     "decode": ("offsets_alone", "few_rows", "static_cache"),
     # a prefill then single steps; a static cache; a window whose boundary is in the cache
     "generation": ("prefill_then_steps", "static_cache", "window_in_cache"),
+    # a leak into the next sequence made loud; causality restarting at each boundary;
+    # sequences of one token
+    "packed": ("loud_neighbour", "causal_docs", "single_token_docs"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once

@@ -1,0 +1,118 @@
+"""The packed family (#40 item 4): sequences back to back in one row, each token attending
+within its own sequence (``Mask.segments``)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from suite.cases import by_family
+from suite.oracle import oracle
+from suite.problem import InputError, Mask, Problem, seq_lens
+
+PACKED = by_family()["packed"]
+
+
+def _alone(p: Problem, b: int, start: int, end: int) -> Problem:
+    """Sequence start..end-1 of row b as a problem of its own (no segments)."""
+    allowed = None if p.mask.allowed is None else \
+        np.asarray(p.mask.allowed)[..., start:end, start:end]
+    one = lambda a: a[b:b + 1, start:end]  # noqa: E731
+    return dataclasses.replace(p, query=one(p.query), key=one(p.key), value=one(p.value),
+                               mask=Mask(causal=p.mask.causal, allowed=allowed))
+
+
+@pytest.mark.parametrize("case", PACKED, ids=lambda c: c.name)
+def test_each_sequence_is_its_own_attention(case):
+    """The oracle of a packed row, sequence by sequence, is the attention of that sequence
+    alone: the canonical mask cuts at every boundary and nowhere else."""
+    p = case.problem()
+    out = oracle(p)[0]
+    for b, lens in enumerate(seq_lens(p.mask.segments)):
+        start = 0
+        for n in lens:
+            alone = oracle(_alone(p, b, start, start + n))[0]
+            np.testing.assert_allclose(out[b, start:start + n], alone[0], rtol=1e-12,
+                                       atol=1e-12, err_msg=f"{case.name} row {b} at {start}")
+            start += n
+
+
+def test_a_leak_into_the_loud_neighbour_is_far_off():
+    """What a kernel that ignores the boundaries computes differs from the oracle by far
+    more than any rounding in the first sequence of each row."""
+    p = next(c for c in PACKED if c.name == "loud_neighbour").problem()
+    leaky = oracle(dataclasses.replace(p, mask=Mask()))[0]
+    right = oracle(p)[0]
+    first = p.mask.segments == 0
+    assert np.abs(leaky - right)[first].max() > 10.0
+
+
+@pytest.mark.parametrize("segments, expected", [
+    (np.array([[0, 0, 1, 1], [0, 1, 1, 2]]), None),
+    (np.array([[0, 0, 2, 2], [0, 1, 1, 1]]), "sequence ids 0, 1, 2, ... in order"),
+    (np.array([[1, 1, 1, 1], [0, 1, 1, 1]]), "sequence ids 0, 1, 2, ... in order"),
+    (np.array([[0, 0, 1]]), "shape (B, L) = (2, 4)"),
+    (np.array([[0.0, 0, 1, 1], [0, 0, 1, 1]]), "integers"),
+])
+def test_segments_are_checked_in_one_line(segments, expected):
+    from suite.problem import make_problem
+
+    p = make_problem(0, 2, 4, 4, 8, 2, mask=Mask(segments=segments))
+    if expected is None:
+        p.validate()
+        assert "packed" in p.features()
+        return
+    with pytest.raises(InputError, match="mask.segments") as info:
+        p.validate()
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cross_shapes_cannot_be_packed():
+    from suite.problem import make_problem
+
+    p = make_problem(0, 1, 4, 6, 8, 2, mask=Mask(segments=np.array([[0, 0, 1, 1]])))
+    with pytest.raises(InputError, match="a self-attention shape"):
+        p.validate()
+
+
+def _run(impl, name: str, dtype: str = "float64"):
+    from suite import catalog
+    from suite.check import Outcome
+
+    (case,) = [c for c in catalog.of_family("packed") if c.name == name]
+    return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,
+                                  "pass"))
+
+
+def _planted():
+    import sys
+
+    from tests.conftest import PLUGINS
+
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        import packed_planted
+    finally:
+        sys.path.remove(str(PLUGINS))
+    return packed_planted
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_the_numpy_reference_passes_every_packed_case(dtype):
+    from implementations.numpy_mha import NumpyMHA
+
+    for c in PACKED:
+        out = _run(NumpyMHA(), c.name, dtype)
+        assert out.outcome == "pass", (c.name, out.reason)
+
+
+@pytest.mark.parametrize("bug, passes", [
+    ("IgnoresSequences", {"one_sequence"}),
+    # one-token sequences at the start of a row, and a single sequence: nothing to cross
+    ("BoundaryOneLate", {"one_sequence"}),
+])
+def test_a_token_that_sees_another_sequence_fails(bug, passes):
+    impl = getattr(_planted(), bug)()
+    for c in PACKED:
+        out = _run(impl, c.name, "float32")
+        assert (out.outcome == "pass") == (c.name in passes), (c.name, out.outcome, out.reason)
