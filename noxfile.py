@@ -130,7 +130,7 @@ def ci_steps(session: nox.Session, steps: Steps) -> None:
     # module of long tests collected last no longer runs alone on one worker).
     # --durations: each run's slowest tests in CI's log (every case keeps 3x under --timeout).
     # The tests marked slow (verdicts the same on one thread and all, serially and on xdist
-    # workers; no false alarm over 200 seeds a case: about 140 worker-s) run in check_full.
+    # workers; no false alarm over 200 seeds a case) run in check_full.
     steps.run("pytest tests", "pytest", "tests", "-n", "auto", "--dist", "worksteal",
               "-m", "not slow", "--durations=15", *session.posargs)
     steps.run("check --cover (native level)", "mha-suite", "check", "--isa", "native",
