@@ -79,7 +79,10 @@ class HFModelCore(TorchModuleCore):
     attns: Tuple[str, ...] = ("eager", "sdpa", "flex")
     # steps: generation with the library's own caches (a decoder's; the flex names leave it
     # out: FlexAttention compiles anew for every chunk's shape)
-    features = frozenset({"valid_lens", "causal", "steps", "static_cache"})
+    # packed: sequences back to back, as padding-free training hands them over (position_ids
+    # restarting at each sequence, no attention_mask, no cache: the causal masks find the
+    # sequences from the positions)
+    features = frozenset({"valid_lens", "causal", "steps", "static_cache", "packed"})
     # What a model takes: its 2-D attention_mask (B, S) beside its own causality, or nothing.
     mask_forms = frozenset({"causal_flag", "causal_flag+kpm_bool"})
 
@@ -170,6 +173,9 @@ class HFModelCore(TorchModuleCore):
         if bool(m.causal) != self.causal:
             raise Unsupported(f"the model is {'causal' if self.causal else 'not causal'} "
                               f"(its config), the problem {'is' if m.causal else 'is not'}")
+        if m.segments is not None and not self.causal:
+            raise Unsupported("transformers finds packed sequences from position_ids in its "
+                              "causal masks only (an encoder's bidirectional mask has none)")
         if m.causal and m.causal_align != "top_left" and p.L != p.S:
             raise Unsupported("a model's causal mask is top left")
         w = p.weights
@@ -191,6 +197,14 @@ class HFModelCore(TorchModuleCore):
             lens = problem.mask.valid_lens
             keep = None if lens is None else np.arange(problem.S)[None, :] < np.asarray(
                 lens)[:, None]  # (B, S)
+        if problem.mask.segments is not None:  # padding-free: positions restart, no mask
+            seg = np.asarray(problem.mask.segments)
+            starts = np.maximum.accumulate(
+                np.where(np.diff(seg, axis=1, prepend=-1) != 0, np.arange(seg.shape[1]), 0),
+                axis=1)
+            return {"attention_mask": None, "problem": problem, "use_cache": False,
+                    "position_ids": torch.as_tensor(np.arange(seg.shape[1]) - starts,
+                                                    device=device)}
         if keep is None:
             return {"attention_mask": None, "problem": problem}
         return {"attention_mask": torch.as_tensor(keep.astype(np.int64), device=device),
@@ -212,8 +226,9 @@ class HFModelCore(TorchModuleCore):
         p = mask["problem"]
         if p.steps is not None:  # a prefill and decode steps against the library's cache
             return self.generate(model, query, mask["attention_mask"], p), None
+        extra = {k: mask[k] for k in ("position_ids", "use_cache") if k in mask}
         return self.first_layer(model, query, p, need_weights,
-                                attention_mask=mask["attention_mask"])
+                                attention_mask=mask["attention_mask"], **extra)
 
     def new_cache(self, model: torch.nn.Module, p: Problem) -> Any:
         """The library's own cache for a generation problem: a ``StaticCache`` of
