@@ -32,6 +32,7 @@ through segments and NaN through -inf in ``ab``, and padding would change the me
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
@@ -252,15 +253,17 @@ class PallasTpuSplash(PallasTpuCore):
     causal beside them) is a ``NumpyMask`` per head in a ``MultiHeadMask``, built per batch
     item (splash masks are static and per head: a mask that varies over the batch gets one
     kernel per item); key padding by ``valid_lens`` (B,) is its ``SegmentIds`` (queries
-    segment 0, padded keys 1). GQA through its MHA form (query head h reads kv head
-    h // (H // K)) and MQA (K = 1) through its MQA form. Splash takes no scale: q is scaled
-    before the kernel. No additive bias: ``bias`` is not declared.
+    segment 0, padded keys 1). A packed row is its ``SegmentIds`` too, as its users pack:
+    the sequence ids for queries and keys (padded keys -1), beside the causal or full mask.
+    GQA through its MHA form (query head h reads kv head h // (H // K)) and MQA (K = 1)
+    through its MQA form. Splash takes no scale: q is scaled before the kernel. No additive
+    bias: ``bias`` is not declared.
     """
 
     name = "pallas.tpu.splash"
     # Gradients through the kernel's custom VJP: its own Pallas backward kernels (dkv, then dq).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                          "gqa", "scale", "grad"})
+                          "gqa", "scale", "grad", "packed"})
     # Splash's computed masks: LocalMask (a window, key lengths as its SegmentIds beside it)
     # and ChunkedCausalMask, built by ``_splash_form_mask``.
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
@@ -302,6 +305,10 @@ class PallasTpuSplash(PallasTpuCore):
                               f"of the 128-key blocks the kernel visits, NaN when it visits "
                               f"none: no one policy to declare")
         B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        packed = problem.mask.segments  # as SegmentIds below, not in the mask
+        if packed is not None:
+            problem = dataclasses.replace(
+                problem, mask=dataclasses.replace(problem.mask, segments=None))
         parts = split_mask(problem, native_causal=("top_left", "bottom_right"))
         if parts.mask is not None and parts.causal:  # causal beside another mask: one mask
             parts = split_mask(problem, native_causal=())
@@ -317,6 +324,14 @@ class PallasTpuSplash(PallasTpuCore):
             keep = np.ones((B, S), bool) if parts.key_padding is None else parts.key_padding
             self.segments = np.pad(~keep, ((0, 0), (0, Sp - S)), constant_values=True
                                    ).astype(np.int32)  # (B, Sp)
+        self.q_segments = None  # (B, Lp) int32: the queries' ids, else all segment 0
+        if packed is not None:  # each token's sequence; padded keys in none (-1)
+            kv = np.pad(packed, ((0, 0), (0, Sp - S)), constant_values=-1)
+            if self.segments is not None:
+                kv = np.where(self.segments == 1, -1, kv)
+            self.segments = kv.astype(np.int32)
+            self.q_segments = np.pad(packed, ((0, 0), (0, Lp - L)), mode="edge"
+                                     ).astype(np.int32)  # added rows: dropped
         # A window form: splash's computed mask (key lengths beside it: the segments above).
         masks = _splash_form_mask(problem, (Lp, Sp))
         if masks is None and parts.mask is None:
@@ -335,7 +350,7 @@ class PallasTpuSplash(PallasTpuCore):
         self.kernels = [make(m, block_sizes=blocks) for m in masks]
         digest = hashlib.sha1(repr((L, S, H, problem.K == 1, parts.causal,
                                     requested_form(problem))).encode())
-        for a in (parts.mask, self.segments):
+        for a in (parts.mask, self.segments, self.q_segments):
             digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         self._cache = self._caches.setdefault(digest.hexdigest(), {})  # the masks are static
 
@@ -351,16 +366,17 @@ class PallasTpuSplash(PallasTpuCore):
         if k.shape[1] == 1:  # the MQA form takes one kv head without a head axis
             k, v = k[:, 0], v[:, 0]  # (B, Sp, D)
         segs = None if self.segments is None else jnp.asarray(self.segments)  # (B, Sp)
+        q_segs = None if self.q_segments is None else jnp.asarray(self.q_segments)
 
-        def one(kernel, qb, kb, vb, kv_ids):  # one batch item: (H, Lp, D) -> (H, Lp, D)
-            ids = None if kv_ids is None else sa.SegmentIds(q=jnp.zeros(Lp, jnp.int32),
-                                                            kv=kv_ids)
+        def one(kernel, qb, kb, vb, b):  # one batch item: (H, Lp, D) -> (H, Lp, D)
+            ids = None if segs is None else sa.SegmentIds(
+                q=jnp.zeros(Lp, jnp.int32) if q_segs is None else q_segs[b], kv=segs[b])
             return kernel(qb, kb, vb, ids)
 
         # One call per batch item: the interpreted TPU kernel does not batch under jax.vmap
         # (jax 0.10.2), and a mask that varies over the batch is one kernel per item.
-        out = jnp.stack([one(self.kernels[b % len(self.kernels)], q[b], k[b], v[b],
-                             None if segs is None else segs[b]) for b in range(B)])
+        out = jnp.stack([one(self.kernels[b % len(self.kernels)], q[b], k[b], v[b], b)
+                         for b in range(B)])
         return out[:, :, :L].astype(q.dtype), None  # (B, H, L, D)
 
 
