@@ -37,6 +37,7 @@ from suite.plugin import (
     declared,
     deviations_for,
     expressible,
+    without_projection_biases,
 )
 from suite.problem import Problem
 from suite.vocab import FAILED_OUTCOMES
@@ -552,3 +553,30 @@ def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> s
     out.bad_rows = {k: v for k, v in found.items() if v} or None
     said = [diagnose.describe(k, v) for k, v in (out.bad_rows or {}).items()]
     return text + "".join(f"; {s}" for s in said if s)
+
+
+# --- how far two results of one implementation may differ (the properties, the packed
+# family's packed-vs-padded agreement) ---------------------------------------------------
+def dots_policy(impl: Implementation, out: Outcome, p: Problem) -> Optional[Deviation]:
+    """The float32_dots policy ``impl`` declares where this run is (None: float32 products)."""
+    if out.dtype != "float32":
+        return None
+    isa = implementation_isa(impl, out.device)
+    d = deviations_for(impl, out.dtype, out.device, isa).get("float32_dots")
+    return d if d is not None and d.where.holds_for(p, out.dtype, isa) else None
+
+
+def slack(impl: Implementation, p: Problem, dtype: str, dots: Optional[str] = None) -> float:
+    """Two results each within the rule's bound of the oracle differ by at most twice it."""
+    if not declared(impl, "projection_bias"):  # the bound of the problem it was given
+        p = without_projection_biases(p)
+    ref, _ = oracle.oracle(p)
+    c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype, dots=dots)], dtype)
+    return 2 * c.bound
+
+
+def slack_for(impl: Implementation, out: Outcome, p: Problem) -> float:
+    """How far two of ``impl``'s results for ``p`` may differ in this run's dtype and place
+    (twice the rule's bound, with the float32 dots policy it declares there)."""
+    dots = dots_policy(impl, out, p)
+    return slack(impl, p, out.dtype, dots and dots.policy)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from suite.problem import Mask, Problem, make_problem
+from suite.problem import Mask, Problem, make_problem, seq_lens
 
 FAMILY = "packed"
 # E = 32 over H = 4 heads: D = 8, the smallest head width SDPA's fused CPU kernels take for
@@ -115,3 +115,54 @@ def _window_in_docs(seed):
     """A causal sliding window of 3 tokens inside sequences 8+4 and 3+9: the window and the
     sequence boundary both cut."""
     return packed_problem(seed, [[8, 4], [3, 9]], causal=True, window=3)
+
+
+def padded_form(p: Problem) -> Tuple[Problem, List[Tuple[int, int, int]]]:
+    """The same sequences as a padded batch: one row each, zeros after its length, key
+    padding by ``valid_lens``, the packed problem's causality; and where each came from,
+    (row b of the packed problem, start, length) per padded row."""
+    where = [(b, start, n) for b, lens in enumerate(seq_lens(p.mask.segments))
+             for start, n in zip(np.cumsum([0] + lens[:-1]).tolist(), lens)]
+    width = max(n for _, _, n in where)
+
+    def pad(x: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(where), width, x.shape[2]), x.dtype)
+        for i, (b, start, n) in enumerate(where):
+            out[i, :n] = x[b, start:start + n]
+        return out
+
+    q = pad(p.query)
+    k = q if p.key is p.query else pad(p.key)
+    v = k if p.value is p.key else pad(p.value)
+    lens = np.array([n for _, _, n in where], dtype=np.int64)
+    return dataclasses.replace(p, query=q, key=k, value=v,
+                               mask=Mask(valid_lens=lens, causal=p.mask.causal)), where
+
+
+def _judge_padded(impl: Any, out: Any, p: Problem) -> Any:
+    """The packed row against the same sequences padded: each sequence's rows from both
+    calls differ by no more than two results within the rule's bound can."""
+    from suite.agreement import max_abs_err
+    from suite.check import attempt, slack_for
+
+    padded, where = padded_form(p)
+    res, refused = attempt(impl, [p, padded], out.device, out.dtype)
+    if refused:
+        return out.classify(*refused)
+    errs = [max_abs_err(res[0].output[b, start:start + n], res[1].output[i, :n])
+            for i, (b, start, n) in enumerate(where)]
+    worst = int(np.argmax(errs))
+    bound = max(slack_for(impl, out, q) for q in (p, padded))
+    if not errs[worst] <= bound:
+        b, start, n = where[worst]
+        out.classify("fail", f"packed vs padded: max abs {errs[worst]:.3g} > {bound:.3g} "
+                             f"(the sequence of {n} tokens at {start} of row {b})")
+    return out
+
+
+@case("agrees_with_padded", judge=_judge_padded)
+def _agrees_with_padded(seed):
+    """The causal sequences 5+7 and 3+4+5 packed, and the same five sequences padded to 7
+    tokens with key padding: one module's two paths (cumulative lengths or document ids vs
+    an attention mask) give each sequence the same rows."""
+    return packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True)

@@ -14,41 +14,20 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from suite import oracle
 from suite.agreement import ATOL, K_GRAD, compare, max_abs_err
 from suite.cases import Case, case
-from suite.check import Outcome, attempt, implementation_isa
+from suite.check import Outcome, attempt, slack_for
+from suite.check import dots_policy as _dots
 from suite.oracle_grad import differentiable, grads, naive_grads
 from suite.plugin import (
-    Deviation,
     Implementation,
     declared,
-    deviations_for,
     expressible,
-    without_projection_biases,
 )
 from suite.problem import Mask, Problem, cotangent, make_problem
 from suite.variants import Alibi, RelBias, alibi_slopes
 
 CASES: List[Case] = []
-
-
-def _dots(impl: Implementation, out: Outcome, p: Problem) -> Optional[Deviation]:
-    """The float32_dots policy ``impl`` declares where this run is (None: float32 products)."""
-    if out.dtype != "float32":
-        return None
-    isa = implementation_isa(impl, out.device)
-    d = deviations_for(impl, out.dtype, out.device, isa).get("float32_dots")
-    return d if d is not None and d.where.holds_for(p, out.dtype, isa) else None
-
-
-def _slack(impl: Implementation, p: Problem, dtype: str, dots: Optional[str] = None) -> float:
-    """Two results each within the rule's bound of the oracle differ by at most twice it."""
-    if not declared(impl, "projection_bias"):  # the bound of the problem it was given
-        p = without_projection_biases(p)
-    ref, _ = oracle.oracle(p)
-    c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype, dots=dots)], dtype)
-    return 2 * c.bound
 
 
 # --- properties ----------------------------------------------------------------------------
@@ -64,8 +43,7 @@ def _judge_permutation(impl: Implementation, out: Outcome, p: Problem) -> Outcom
     if refused:
         return out.classify(*refused)
     err = max_abs_err(res[1].output, res[0].output[:, perm])
-    dots = _dots(impl, out, p)
-    bound = _slack(impl, p, out.dtype, dots and dots.policy)
+    bound = slack_for(impl, out, p)
     if not err <= bound:
         out.classify("fail", f"out(P x) - P out(x): max abs {err:.3g} > {bound:.3g}")
     return out
@@ -115,8 +93,7 @@ def _judge_batch(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     if refused:
         return out.classify(*refused)
     err = max(max_abs_err(r.output[0], res[0].output[b]) for b, r in enumerate(res[1:]))
-    dots = _dots(impl, out, p)
-    bound = _slack(impl, p, out.dtype, dots and dots.policy)
+    bound = slack_for(impl, out, p)
     if not err <= bound:
         out.classify("fail", f"batch vs items: max abs {err:.3g} > {bound:.3g}")
     return out
