@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 import pandas as pd
 
 from reports import figures, headline, tables
-from reports.frames import conformance_frame, fit_exponent, sweeps_frame
+from reports.frames import MEMORY_DROP_LIMIT, RSS_FLOOR_BYTES, conformance_frame, fit_exponent, sweeps_frame
 from suite import agreement
 from suite.records import read, write_atomic
 
@@ -29,6 +29,7 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
     styles = figures.impl_styles(sweeps, conformance, *([base] if base is not None else []))
     fits = fit_exponent(ok)  # the exponents table and the ranges it states
     impls = tables.implementations(docs, styles)
+    verdicts = headline.verdicts(tables.by_version(conformance), impls, styles)
     ctx: Dict[str, Any] = {
         "generated": datetime.datetime.now().isoformat(sep=" ", timespec="seconds"),
         "n_files": len(docs), "n_points": len(ok), "n_not_measured": len(sweeps) - len(ok),
@@ -49,14 +50,17 @@ def context(results: Iterable[PathLike], baseline: Optional[Iterable[PathLike]] 
         "ranking": tables.to_html(tables.ranking(ok, ref_impl), classes="data rank"),
         "baseline_impl": ref_impl or "-",
         "memory_methods": _memory_methods(ok),
+        "memory_trust": {"floor": f"{RSS_FLOOR_BYTES / 2**20:g} MiB",
+                         "drop": f"{MEMORY_DROP_LIMIT:.0%}", "points": _memory_untrusted(ok)},
         "not_measured": tables.to_html(tables.not_measured(sweeps)),
         "never_measured": tables.never_measured(sweeps),
         "baseline": None,
         "outcome_words": tables.OUTCOMES,
         "rule": {"text": agreement.RULE_TEXT, "k": agreement.RULE_K_TEXT,
                  "terms": agreement.RULE_TERMS},
-        "headline": {"verdicts": headline.verdicts(tables.by_version(conformance),
-                                                          impls, styles),
+        "headline": {"verdicts": verdicts, "by_outcome": headline.by_outcome(verdicts),
+                     "unavailable": headline.unavailable(impls, conformance),
+                     "outcomes": headline.HEADLINE_OUTCOMES,
                      "fastest": headline.fastest(figures.length_subset(ok)),
                      "untrusted": headline.untrusted(ok),
                      "untrusted_mark": headline.UNTRUSTED_MARK,
@@ -97,6 +101,14 @@ def _memory_methods(ok: pd.DataFrame) -> str:
         known = MEMORY_METHODS.get(str(method))
         parts.append(known or f"{method} ({', '.join(sorted(set(map(str, impls))))})")
     return "; ".join(parts)
+
+
+def _memory_untrusted(ok: pd.DataFrame) -> str:
+    """The memory points not to be trusted (``frames.untrusted_memory``), per implementation:
+    'jax.jit at L 1536, 2048; numpy.flash at L 256'."""
+    bad = ok[ok["memory_untrusted"].notna()] if "memory_untrusted" in ok else ok.iloc[:0]
+    return "; ".join(f"{impl} at L {', '.join(str(int(v)) for v in sorted(set(g['L'])))}"
+                     for impl, g in bad.groupby("impl", sort=True))
 
 
 def render(ctx: Dict[str, Any]) -> str:

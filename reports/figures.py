@@ -32,6 +32,7 @@ DPI = 100
 PANEL_KEYS = ["dtype", "B", "D", "H"]  # a chart per setting when they vary
 DASHES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]  # per machine, mask...
 WRAP = 2  # panels per row when no column dimension varies
+MAX_LINES = 8  # lines (and end labels) per panel: a larger family group is split
 LABEL_PT = 7.5  # line labels: 10 px at DPI, read at 1280 px
 # Layout in inches: the y-axis margin, the label column right of each panel (fits
 # "keras.mha[torch]+weights" at LABEL_PT), the gap before the next panel's ticks, rows.
@@ -106,15 +107,19 @@ class Chart:
     uri: str
     title: str
     labels: List[str]
+    note: str = ""  # what the chart leaves out and why, said under it
 
     @property
     def alt(self) -> str:
-        return f"{self.title}; lines labelled: {', '.join(self.labels) or 'none'}"
+        return (f"{self.title}; lines labelled: {', '.join(self.labels) or 'none'}"
+                + (f". {self.note}" if self.note else ""))
 
 
 FLAG_GID = "untrusted:"  # gid prefix of a flagged point's cross: "untrusted:numpy.flash"
 FLAG_COLOUR = "#c00000"
 LABEL_GID = "label:"  # gid prefix of a line's end label: "label:torch.sdpa"
+LEADER_GID = "leader:"  # gid prefix of the leader joining a line's end to its label
+LABEL_X = 1.02  # where end labels start, in axes fractions (right of the panel)
 TITLE_GID = "panel-title"  # a panel's title: its family group (and column value)
 
 
@@ -124,10 +129,10 @@ def drawn_labels(fig: plt.Figure) -> List[List[str]]:
             for ax in fig.axes]
 
 
-def to_chart(fig: plt.Figure, title: str) -> Chart:
+def to_chart(fig: plt.Figure, title: str, note: str = "") -> Chart:
     """The figure as a Chart (closes it): names read from its labels, first seen first."""
     names = list(dict.fromkeys(n for panel in drawn_labels(fig) for n in panel))
-    return Chart(to_data_uri(fig, tight=False), title, names)  # _lines fixes the layout
+    return Chart(to_data_uri(fig, tight=False), title, names, note)  # _lines fixes the layout
 
 
 def spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarray:
@@ -157,33 +162,68 @@ def spread(wanted: np.ndarray, gap: float, low: float, high: float) -> np.ndarra
 
 def _label_ends(ax: plt.Axes, ends: Dict[str, Tuple[float, float]], styles: Dict[str, Style],
                 logy: bool) -> None:
-    """Each implementation's name in the right margin, level with its line's last point (a
-    leader line joins them), pushed apart just enough that no two names overlap."""
+    """Each implementation's name in the right margin, level with its line's last point
+    where it fits, pushed apart just enough that no two names overlap (``spread``), in the
+    order of the ends. A leader joins each: dotted along the end's height to the panel's
+    right edge (a line that ends early), then to its name. The names keep the ends' order
+    and every leader reaches the edge level with its end, so no two leaders cross."""
     if not ends:
         return
     names = sorted(ends)
     to_axes = ax.transAxes.inverted()
     ymin, ymax = ax.get_ylim()
-    wanted = []
+    at = {}  # name -> its end in axes fractions
     for n in names:
         x, y = ends[n]
         y = min(max(y, ymin), ymax)  # a point off the (shared) scale: its label at the edge
-        wanted.append(to_axes.transform(ax.transData.transform((x, y)))[1])
+        at[n] = to_axes.transform(ax.transData.transform((x, y)))
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
     gap = LABEL_PT * 1.25 / height_pt  # one line of text, in axes fractions
-    ys = spread(np.asarray(wanted, float), gap, -0.02, 1.02)
+    ys = spread(np.asarray([at[n][1] for n in names], float), gap, -0.02, 1.02)
     for n, y in zip(names, ys):
-        ax.annotate(n, xy=ends[n], xycoords="data", xytext=(1.02, y), textcoords="axes fraction",
-                    fontsize=LABEL_PT, color=styles[n].colour, va="center", ha="left",
-                    annotation_clip=False, gid=LABEL_GID + n,
-                    arrowprops=dict(arrowstyle="-", color=styles[n].colour, lw=0.5,
-                                    alpha=0.6, shrinkA=0, shrinkB=2))
+        (xa, ya), colour = at[n], styles[n].colour
+        ax.text(LABEL_X, y, n, transform=ax.transAxes, fontsize=LABEL_PT, color=colour,
+                va="center", ha="left", clip_on=False, gid=LABEL_GID + n)
+        legs = [[(xa, ya), (1.0, ya)]] if xa < 0.995 else []  # along the end's height
+        legs.append([(1.0, ya), (LABEL_X - 0.005, y)])  # across the margin to the name
+        ax.add_collection(LineCollection(
+            legs, colors=colour, linewidths=0.6, alpha=0.6, transform=ax.transAxes,
+            linestyles=[":"] * (len(legs) - 1) + ["-"], clip_on=False,
+            gid=LEADER_GID + n))
+
+
+def label_column_in(impls: Any) -> float:
+    """The width of the label column right of each panel, in inches: ``LABEL_IN``, or what
+    the longest name at ``LABEL_PT`` needs (its drawn width) past the leader."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    font = FontProperties(size=LABEL_PT)
+    widest = max((TextPath((0, 0), str(n), prop=font).get_extents().width
+                  for n in set(impls)), default=0.0)  # points
+    return max(LABEL_IN, widest / 72 + 0.3)
+
+
+def split_panels(impls: Any, styles: Dict[str, Style]) -> Dict[str, str]:
+    """impl -> its panel: its family group (``Style.panel``); a group of more than
+    ``MAX_LINES`` implementations split, by name, into as few panels of nearly equal size as
+    keep each to ``MAX_LINES`` ("hf (2 of 4)"), so a panel's end labels stay legible."""
+    names = sorted({str(i) for i in impls})
+    out: Dict[str, str] = {}
+    for group in panel_order(styles[n].panel for n in names):
+        mine = [n for n in names if styles[n].panel == group]
+        parts = -(-len(mine) // MAX_LINES)
+        for k, chunk in enumerate(np.array_split(np.array(mine, dtype=object), parts)):
+            out.update({str(n): group if parts == 1 else f"{group} ({k + 1} of {parts})"
+                        for n in chunk})
+    return out
 
 
 def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[str],
            ylabel: str, xlabel: str, styles: Dict[str, Style], logy: bool = True,
            guides: Optional[Dict[float, str]] = None, col_template: str = "{col_name}",
-           sharey: Any = True, flag: Optional[str] = None) -> plt.Figure:
+           sharey: Any = True, flag: Optional[str] = None,
+           flag_breaks_line: bool = False) -> plt.Figure:
     """Small multiples: one line per (implementation, ``dash`` value) over log2 x, a row
     of panels per family group (``Style.panel``) and a column per ``col`` value (without
     one, the groups wrap over ``WRAP`` columns), all on one scale.
@@ -193,10 +233,13 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
     and marker come from ``styles`` (the report's one assignment), the dash pattern from
     the ``dash`` column's value (machine, mask, gradients); guides as {power: label}.
     Rows where the boolean column ``flag`` holds get a red cross over their point
-    (``FLAG_GID`` + implementation): a value the report does not vouch for.
+    (``FLAG_GID`` + implementation): a value the report does not vouch for; with
+    ``flag_breaks_line`` the lines, their end labels and the guides leave those points out
+    and the cross is dimmed (a point that would zig-zag the line is not drawn as data).
     """
-    d = d.assign(_group=[styles[i].panel for i in d["impl"]])
-    groups, cols = panel_order(d["_group"]), _panels(d, col)
+    panel_of = split_panels(d["impl"], styles)
+    d = d.assign(_group=d["impl"].map(panel_of))
+    groups, cols = list(dict.fromkeys(panel_of.values())), _panels(d, col)  # panel order
     if col:
         cells = [(g, c) for g in groups for c in cols]
         ncols = len(cols)
@@ -208,17 +251,20 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
     most = max(d[d["_group"] == g]["impl"].nunique() for g in groups)
     panel_h = max(PANEL_IN, most * LABEL_PT * 1.25 / 72 + 0.3)
     fig_h = TOP_IN + BOTTOM_IN + nrows * panel_h + (nrows - 1) * HGAP_IN
-    axes_w = (WIDTH_IN - LEFT_IN - LABEL_IN - (ncols - 1) * (LABEL_IN + WGAP_IN)) / ncols
+    label_in = label_column_in(d["impl"])
+    axes_w = (WIDTH_IN - LEFT_IN - label_in - (ncols - 1) * (label_in + WGAP_IN)) / ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH_IN, fig_h), sharex=True,
                              sharey=sharey, squeeze=False)
-    fig.subplots_adjust(left=LEFT_IN / WIDTH_IN, right=1 - LABEL_IN / WIDTH_IN,
+    fig.subplots_adjust(left=LEFT_IN / WIDTH_IN, right=1 - label_in / WIDTH_IN,
                         bottom=BOTTOM_IN / fig_h, top=1 - TOP_IN / fig_h,
-                        wspace=(LABEL_IN + WGAP_IN) / axes_w, hspace=HGAP_IN / panel_h)
+                        wspace=(label_in + WGAP_IN) / axes_w, hspace=HGAP_IN / panel_h)
     dashes = {v: DASHES[i % len(DASHES)] for i, v in enumerate(_panels(d, dash))}
     d = d[np.isfinite(d[y]) & (d[y] > 0 if logy else True)]
+    d = d.assign(_flagged=d[flag].fillna(False).astype(bool) if flag else False)
+    drawn = d[~d["_flagged"]] if flag_breaks_line else d  # what lines and guides go through
     # every line once: (column value, implementation, dash value) -> its x and mean y
     keys = [col or "_group", "impl", dash or "impl"]
-    means = d.groupby([*keys, x], sort=True)[y].mean()
+    means = drawn.groupby([*keys, x], sort=True)[y].mean()
     lines: Dict[Tuple[Any, str, Any], Tuple[np.ndarray, np.ndarray]] = {
         k: (g.index.get_level_values(x).to_numpy(float), g.to_numpy(float))
         for k, g in means.groupby(level=[0, 1, 2], sort=True)}
@@ -229,7 +275,7 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
             continue
         group, c = cells[k]
         here = {key: v for key, v in lines.items() if c is None or key[0] == c}
-        mine = {key: v for key, v in here.items() if styles[key[1]].panel == group}
+        mine = {key: v for key, v in here.items() if panel_of[key[1]] == group}
         context = [np.column_stack(v) for key, v in here.items() if key not in mine]
         # the other groups' lines, in grey behind: one artist for all of them
         ax.add_collection(LineCollection(context, colors="0.86", linewidths=0.8, zorder=0))
@@ -244,11 +290,13 @@ def _lines(d: pd.DataFrame, x: str, y: str, col: Optional[str], dash: Optional[s
         sub = d if c is None else d[d[col] == c]
         mine_points = sub[sub["_group"] == group]
         if flag:
-            for impl, f in mine_points[mine_points[flag].fillna(False).astype(bool)].groupby(
-                    "impl", sort=True):
+            for impl, f in mine_points[mine_points["_flagged"]].groupby("impl", sort=True):
                 ax.scatter(f[x].to_numpy(float), f[y].to_numpy(float), marker="X", s=70,
                            color=FLAG_COLOUR, edgecolors="white", linewidths=0.6,
+                           alpha=0.45 if flag_breaks_line else 1.0,
                            gid=FLAG_GID + str(impl), zorder=3)
+        if flag_breaks_line:
+            mine_points = mine_points[~mine_points["_flagged"]]
         ax.set_xscale("log", base=2)
         if logy:
             ax.set_yscale("log")
@@ -309,12 +357,21 @@ def _time_charts(subset: pd.DataFrame, keys: List[str], always: List[str], x: st
     out = []
     for device, dev in subset.groupby("device"):
         for setting, d in _settings(dev, keys, always):
+            # an implementation timed at one value of x here (a sampled run times some at
+            # fewer points) has no line to draw: left out, and said so under the chart
+            counts = d.groupby("impl")[x].nunique()
+            single = sorted(map(str, counts[counts < 2].index))
+            d = d[~d["impl"].isin(single)]
+            if d.empty:
+                continue
+            note = (f"Left out, timed at a single {what} here (no line to draw): "
+                    + ", ".join(single) + ".") if single else ""
             d, style = with_style(d.assign(time_ms=d["median_s"] * 1e3), ["machine", "grad"])
             fig = _lines(d, x, "time_ms", "mask", style, "median time per call (ms)", xlabel,
                          styles, guides=guides, col_template="mask: {col_name}")
             title = f"Time vs {what} on {device}, {setting} ({guide_note})"
             _title(fig, title)
-            out.append(to_chart(fig, title))
+            out.append(to_chart(fig, title, note))
     return out
 
 
@@ -374,12 +431,22 @@ def memory_vs_length(ok: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
     measured = ok[(ok["peak_bytes"] > 0) & ok["peak_method"].ne("not measured")]
     for device, dev in length_subset(measured).groupby("device"):
         for setting, d in _settings(dev, PANEL_KEYS, ["H"]):
-            d, style = with_style(d.assign(peak_mib=d["peak_bytes"] / 2**20),
-                                  ["machine", "mask", "grad"])
+            # a point the report does not vouch for (frames.untrusted_memory): a dim cross,
+            # left out of its line
+            untrusted = d["memory_untrusted"].notna() if "memory_untrusted" in d else False
+            d, style = with_style(d.assign(peak_mib=d["peak_bytes"] / 2**20,
+                                           _untrusted=untrusted), ["machine", "mask", "grad"])
             fig = _lines(d, "L", "peak_mib", None, style, "peak memory (MiB)",
-                         "sequence length L", styles, guides={1.0: "n", 2.0: "n²"})
+                         "sequence length L", styles, guides={1.0: "n", 2.0: "n²"},
+                         flag="_untrusted", flag_breaks_line=True)
             title = (f"Peak memory vs sequence length on {device}, {setting} "
                      "(log-log; dotted: n, dashed: n²)")
+            bad = sorted(set(d.loc[d["_untrusted"], "impl"].astype(str)))
+            if bad:
+                _title(fig, title + "; red ✕: not to be trusted")
+                out.append(to_chart(fig, title + "; points not to be trusted (red crosses, "
+                                    "left out of their lines): " + ", ".join(bad)))
+                continue
             _title(fig, title)
             out.append(to_chart(fig, title))
     return out

@@ -28,7 +28,8 @@ SWEEP_COLUMNS = [
     "device", "dtype", "B", "H", "K", "L", "S", "E", "D", "mask", "grad",
     "median_s", "min_s", "mean_s", "stddev_s", "iqr_s", "q1_s", "q3_s", "rounds",
     "flops", "flops_attention", "flops_projections", "flops_per_s", "peak_flops", "peak_share",
-    "peak_spread", "share_untrusted", "peak_bytes", "peak_method", "compile_s", "verified",
+    "peak_spread", "share_untrusted", "peak_bytes", "peak_method", "memory_untrusted",
+    "compile_s", "verified",
     "status", "reason", "noisy"]
 CONFORMANCE_COLUMNS = [
     "machine", "source", "created", "commit", "impl", "framework", "framework_version",
@@ -108,6 +109,39 @@ def untrusted_share(share: Any, spread: Any) -> Optional[str]:
     return "; ".join(why) or None
 
 
+# When a peak-memory point cannot be trusted. An RSS rise (suite.timing.peak_memory) under
+# the floor is within what the process's own objects and glibc's heap (blocks under its
+# pinned 128 KiB mmap threshold come from pages already resident) move by. And a problem
+# never needs less memory than the same problem at a shorter length: a point under this
+# share of a shorter length's found memory already resident (an allocator that keeps what
+# it freed, as XLA's does on the CPU) and counted no rise.
+RSS_FLOOR_BYTES = 2**20
+MEMORY_DROP_LIMIT = 0.8
+MEMORY_LINE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "D", "mask", "grad",
+                    "peak_method"]
+
+
+def untrusted_memory(df: pd.DataFrame) -> pd.Series:
+    """Per row, why its peak memory cannot be trusted, or None when it can: an RSS rise
+    under ``RSS_FLOOR_BYTES``, or under ``MEMORY_DROP_LIMIT`` times the most the same line
+    (``MEMORY_LINE_KEYS``) measured at a shorter length."""
+    out = pd.Series(None, index=df.index, dtype=object)
+    measured = df[(df["status"] == "ok") & (df["peak_bytes"] > 0)
+                  & df["peak_method"].ne("not measured")].sort_values("L", kind="stable")
+    if measured.empty:
+        return out
+    shorter = measured.groupby(MEMORY_LINE_KEYS, dropna=False)["peak_bytes"].transform(
+        lambda s: s.cummax().shift())  # the most at any shorter length of the line
+    for i, r in measured.iterrows():
+        if r["peak_method"] == "rss_hwm_delta" and r["peak_bytes"] < RSS_FLOOR_BYTES:
+            out[i] = (f"RSS rise {r['peak_bytes'] / 2**10:.0f} KiB, under the "
+                      f"{RSS_FLOOR_BYTES / 2**20:g} MiB noise floor")
+        elif np.isfinite(shorter[i]) and r["peak_bytes"] < MEMORY_DROP_LIMIT * shorter[i]:
+            out[i] = (f"{r['peak_bytes'] / 2**20:.3g} MiB, less than the "
+                      f"{shorter[i] / 2**20:.3g} MiB of a shorter length")
+    return out
+
+
 def _newest(df: pd.DataFrame, keys: List[str], when: str) -> pd.DataFrame:
     """Keep, per key, the row of the newest file (a rerun replaces the earlier point)."""
     if df.empty:
@@ -125,8 +159,9 @@ def sweeps_frame(docs: List[Document]) -> pd.DataFrame:
     df["peak_share"] = df["flops_per_s"] / df["peak_flops"]
     df["share_untrusted"] = [untrusted_share(a, b) for a, b in
                              zip(df["peak_share"], df["peak_spread"])]
-    df = _newest(df, POINT_KEYS, "datetime")
-    return df.reset_index(drop=True)
+    df = _newest(df, POINT_KEYS, "datetime").reset_index(drop=True)
+    df["memory_untrusted"] = untrusted_memory(df)
+    return df
 
 
 def conformance_frame(docs: List[Document]) -> pd.DataFrame:

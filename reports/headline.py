@@ -10,67 +10,127 @@ import pandas as pd
 
 from reports.frames import PEAK_SPREAD_LIMIT, SHARE_LIMIT
 from reports.styles import Style, ordered
-from reports.tables import OUTCOME, OUTCOME_ORDER, OUTCOMES, RANK_KEYS, anchor, never_measured, styles_or_own
+from reports.tables import (
+    OUTCOME,
+    OUTCOME_ORDER,
+    OUTCOMES,
+    RANK_KEYS,
+    Outcome,
+    anchor,
+    never_measured,
+    styles_or_own,
+)
 from suite.plugin import interpreted
 
 CASES_NAMED = 3  # cases a verdict names before "+N more"
 BANDS = ("short", "medium", "long")  # length bands of the headline, by the measured lengths
 
 
-def _verdict(g: pd.DataFrame, policies: List[str]) -> Tuple[str, List[str]]:
-    """(worst outcome, phrases) for one implementation's results: what fails (the cases,
-    how many), its known failures, how it deviates (the declared policies), what was
-    unsupported, or that it conforms."""
+# An implementation that passes every case it ran but ran under this share of the cases it
+# was given (the rest unsupported) is headlined apart from those that conform: it covered
+# too little for "conforms" to say much.
+COVERAGE_MIN = 0.5
+PARTIAL = Outcome("partial", "pass on part", "conforms on", "pass where they run, but run "
+                  f"under {COVERAGE_MIN:.0%} of their cases", "◐", OUTCOME["pass"].colour)
+HEADLINE_OUTCOMES = (*[o for o in OUTCOMES if o.name not in ("unsupported", "pass")],
+                     OUTCOME["pass"], PARTIAL, OUTCOME["unsupported"])
+# Outcomes the headline names case by case for each implementation; the others, one line each.
+FINDINGS = ("fail", "error", "flaky")
+
+
+def _plural(n: int, word: str = "case") -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _coverage(ran: int, given: int) -> str:
+    """'32 of 42 cases (76%)': how many of the cases given an implementation ran."""
+    return f"{ran} of {_plural(given)} ({ran / given:.0%})" if given else "no case"
+
+
+def _verdict(g: pd.DataFrame, policies: List[str]) -> Tuple[str, List[str], str]:
+    """(headline outcome, phrases, coverage) for one implementation's results: what fails
+    (the cases, how many), its known failures, how it deviates (the declared policies), how
+    many of the cases given it ran (unsupported: a feature it does not declare), or that it
+    conforms, with how much it covered ("partial" below ``COVERAGE_MIN``)."""
     counts = g["outcome"].where(g["outcome"].isin(OUTCOME_ORDER), "error").value_counts()
     # unsupported cases are no finding: the worst of the others, unless nothing else ran
     worst = next((o for o in OUTCOME_ORDER if counts.get(o) and o != "unsupported"),
                  "unsupported")
+    given, skipped = int(counts.sum()), int(counts.get("unsupported", 0))
+    ran = given - skipped
     phrases = []
     for o in OUTCOMES:
         n = int(counts.get(o.name, 0))
         if not n or o.name == "pass":
             continue
         if o.name == "deviation":
-            phrases.append(f"{o.said} ({', '.join(policies) or 'no policy named'}) in {n} "
-                           f"case{'s' * (n != 1)}")
+            phrases.append(f"{o.said} ({', '.join(policies) or 'no policy named'}) in "
+                           f"{_plural(n)}")
         elif o.name == "unsupported":
-            phrases.append(f"{n} {o.said}")
+            phrases.append(f"ran {_coverage(ran, given)}, {n} {o.said}")
         else:
             hit = g[g["outcome"] == o.name]
             named = [f"{f}/{c} {d}" for f, c, d in
                      hit[["family", "case", "dtype"]].drop_duplicates().itertuples(index=False)]
             more = f" +{len(named) - CASES_NAMED} more" if len(named) > CASES_NAMED else ""
-            phrases.append(f"{o.said} {n} case{'s' * (n != 1)}: "
-                           f"{', '.join(named[:CASES_NAMED])}{more}")
-    if set(counts.index) <= {"pass", "unsupported"}:  # skips are no finding
-        phrases.insert(0, f"{OUTCOME['pass'].said} ({int(counts.get('pass', 0))} cases pass)")
-    return worst, phrases
+            phrases.append(f"{o.said} {_plural(n)}: {', '.join(named[:CASES_NAMED])}{more}")
+    if worst == "pass":  # every case it ran passed: say how many of those it was given
+        if skipped:
+            phrases[-1:] = [f"{OUTCOME['pass'].said} on the {_plural(ran)} it ran: "
+                            f"{_coverage(ran, given)} it was given, "
+                            f"{skipped} {OUTCOME['unsupported'].said}"]
+        else:
+            phrases.insert(0, f"{OUTCOME['pass'].said} (all {_plural(ran)} pass)")
+        if ran < COVERAGE_MIN * given:
+            worst = PARTIAL.name
+    return worst, phrases, (f"{ran} of {given}" if skipped else f"all {given}")
 
 
 def verdicts(conf: pd.DataFrame, impls: List[Dict[str, Any]],
-                      styles: Optional[Dict[str, Style]] = None) -> List[Dict[str, Any]]:
-    """One line per implementation (and machine) checked: its worst outcome and what it
-    means (``_verdict``), with the anchor of its conformance details; then one per
-    implementation named but not available here (its reason)."""
+             styles: Optional[Dict[str, Style]] = None) -> List[Dict[str, Any]]:
+    """One line per implementation (and machine) checked: its headline outcome and what it
+    means (``_verdict``), with the anchor of its conformance details and its coverage
+    ("32 of 42": the cases it ran of those given)."""
     if conf.empty:
-        rows: List[Dict[str, Any]] = []
-    else:
-        styles = styles_or_own(styles, list(zip(conf["impl"], conf["framework"])))
-        policies = {i["name"]: i.get("policies") or [] for i in impls}
-        multi = conf["machine"].nunique() > 1
-        order = {n: k for k, n in enumerate(ordered(styles))}
-        rows = []
-        for (machine, impl), g in sorted(conf.groupby(["machine", "impl"]),
-                                         key=lambda kv: (order.get(kv[0][1], 0), kv[0])):
-            worst, phrases = _verdict(g, policies.get(impl, []))
-            rows.append({"impl": f"{impl} ({machine})" if multi else impl,
-                         "anchor": anchor(impl, machine if multi else None),
-                         "outcome": worst, "text": "; ".join(phrases)})
-    checked = set(conf["impl"]) if not conf.empty else set()
-    rows += [{"impl": i["name"], "anchor": "implementations", "outcome": "unsupported",
-              "text": f"not available here: {i.get('error') or 'unknown reason'}"}
-             for i in impls if not i["available"] and i["name"] not in checked]
+        return []
+    styles = styles_or_own(styles, list(zip(conf["impl"], conf["framework"])))
+    policies = {i["name"]: i.get("policies") or [] for i in impls}
+    multi = conf["machine"].nunique() > 1
+    order = {n: k for k, n in enumerate(ordered(styles))}
+    rows = []
+    for (machine, impl), g in sorted(conf.groupby(["machine", "impl"]),
+                                     key=lambda kv: (order.get(kv[0][1], 0), kv[0])):
+        worst, phrases, coverage = _verdict(g, policies.get(impl, []))
+        rows.append({"impl": f"{impl} ({machine})" if multi else impl,
+                     "anchor": anchor(impl, machine if multi else None),
+                     "outcome": worst, "text": "; ".join(phrases), "coverage": coverage})
     return rows
+
+
+def by_outcome(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The verdicts (``verdicts``) by headline outcome, worst first: each outcome's words,
+    glyph and implementations, and whether the headline names each one's cases
+    (``FINDINGS``) or only its name (with its coverage where it passes)."""
+    out = []
+    for o in HEADLINE_OUTCOMES:
+        mine = [r for r in rows if r["outcome"] == o.name]
+        if mine:
+            out.append({"outcome": o.name, "glyph": o.glyph, "summary": o.summary,
+                        "rows": mine, "detailed": o.name in FINDINGS,
+                        "coverage": o.name in ("pass", PARTIAL.name)})
+    return out
+
+
+def unavailable(impls: List[Dict[str, Any]], conf: pd.DataFrame) -> List[Dict[str, Any]]:
+    """Implementations named but not available here and never checked, grouped by their
+    reason (which says what to install or set): [{reason, names}], by first name."""
+    checked = set(conf["impl"]) if not conf.empty else set()
+    groups: Dict[str, List[str]] = {}
+    for i in impls:
+        if not i["available"] and i["name"] not in checked:
+            groups.setdefault(i.get("error") or "unknown reason", []).append(i["name"])
+    return sorted(({"reason": r, "names": n} for r, n in groups.items()),
+                  key=lambda g: g["names"][0])
 
 
 def _bands(lengths: List[int]) -> List[Tuple[str, List[int]]]:

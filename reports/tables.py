@@ -25,16 +25,23 @@ class Outcome:
     cell: str  # the matrix's short text
     said: str  # the headline's phrase before the cases it names
     summary: str  # the headline's count of implementations whose worst outcome it is
+    glyph: str  # the matrix's mark before a count: the outcome without its colour
+    colour: str  # its cells' background (the page's CSS is written from these)
 
 
-# The report's words for suite.vocab's outcomes, worst first.
-_WORDING = {V.FAIL: ("FAIL", "fails", "fail"),
-            V.ERROR: ("ERROR", "raises an error in", "raise errors"),
-            V.FLAKY: ("FLAKY", "flaky in", "flaky"),
-            V.KNOWN_FAILURE: ("known failure", "known failures:", "with known failures"),
-            V.DEVIATION: ("deviation", "deviates as declared", "deviate as declared"),
-            V.UNSUPPORTED: ("unsupported", "unsupported", "not available or no case run"),
-            V.PASS: ("pass", "conforms", "conform")}
+# The report's words for suite.vocab's outcomes, worst first; a glyph each, so a cell reads
+# without its colour, and colours at least 20 apart in CIELAB (about 10 under the three
+# colour-vision deficiencies): known failures orange, declared deviations blue.
+_WORDING = {V.FAIL: ("FAIL", "fails", "fail", "✗", "#ee8a8a"),
+            V.ERROR: ("ERROR", "raises an error in", "raise errors", "!", "#c58fe0"),
+            V.FLAKY: ("FLAKY", "flaky in", "flaky", "≈", "#f7ef9c"),
+            V.KNOWN_FAILURE: ("known failure", "known failures:", "with known failures", "⚑",
+                              "#f9b56e"),
+            V.DEVIATION: ("deviation", "deviates as declared", "deviate as declared", "Δ",
+                          "#9fc8ee"),
+            V.UNSUPPORTED: ("unsupported", "unsupported", "not available or no case run", "○",
+                            "#ececec"),
+            V.PASS: ("pass", "conforms", "conform", "✓", "#d3eecb")}
 OUTCOMES = tuple(Outcome(o.value, *_WORDING[o]) for o in WORST_FIRST)
 OUTCOME = {o.name: o for o in OUTCOMES}
 OUTCOME_ORDER = [o.name for o in OUTCOMES]
@@ -48,6 +55,7 @@ COMPARE_KEYS = ["machine", "impl", "device", "dtype", "B", "H", "K", "L", "S", "
 def environment(docs: List[Document]) -> List[Dict[str, Any]]:
     """One card per results file's machine: CPU, GPUs, libraries, threads, commit, when."""
     ids = machine_ids(docs)
+    natives = native_levels(docs, ids)
     out = []
     for d in docs:
         f = run_facts(d)
@@ -56,7 +64,7 @@ def environment(docs: List[Document]) -> List[Dict[str, Any]]:
                 "system": f["system"], "python": f["python"], "commit": f["commit"],
                 "dirty": f["dirty"], "when": _when(f["datetime"]),
                 "libraries": _libraries(extra.get("libraries")), "cores": extra.get("cores"),
-                "isa": _isa(extra.get("isa_native"), d)}
+                "isa": _isa(natives.get(ids[d.path]), d)}
         if d.kind == "sweep":
             card.update(
                 preset=extra.get("preset") or d.doc.get("mha_suite_preset"),
@@ -85,18 +93,36 @@ def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
     return out
 
 
+def native_levels(docs: List[Document], ids: Dict[Any, str]) -> Dict[str, str]:
+    """Per machine, the CPU level torch picks natively there (suite.isa), as any of its files
+    records it: one answer for every card of the machine. A file written where torch was
+    never imported (the conformance run's main process) records none; its sweep does."""
+    out: Dict[str, str] = {}
+    for d in docs:
+        native = run_facts(d)["extra"].get("isa_native")
+        if native:
+            out.setdefault(ids[d.path], str(native))
+    return out
+
+
 def _isa(native: Optional[str], d: Document) -> Optional[str]:
-    """The CPU instruction-set levels of a file (suite.isa): the one torch picks natively on
-    its machine and those its records ran at (each record's ``isa``), lowest first; None
-    when it records neither."""
+    """The CPU instruction-set levels of a file (suite.isa): its machine's native level
+    (``native_levels``) and those its records ran at (each record's ``isa``), lowest first;
+    a sweep's points record none (a sweep pins no level); None when neither is known."""
     items = (d.doc.get("results") or []) if d.kind == "conformance" else \
         [b.get("extra_info") or {} for b in d.doc.get("benchmarks") or []]
     ran = {str(r["isa"]) for r in items if isinstance(r, dict) and r.get("isa")}
     if not native and not ran:
         return None
     order = {lv: i for i, lv in enumerate(ISA_LEVELS)}
-    levels = ", ".join(sorted(ran, key=lambda lv: (order.get(lv, len(order)), lv))) or "none recorded"
-    return f"native {native or 'not recorded'}; ran at {levels}"
+    text = f"native {native or 'not recorded'}; "
+    if ran:
+        return text + "ran at " + ", ".join(sorted(ran, key=lambda lv: (order.get(lv, len(order)),
+                                                                        lv)))
+    if d.kind == "sweep":
+        return text + ("points record no level: torch's native one unless "
+                       "ATEN_CPU_CAPABILITY pinned another")
+    return text + "its records name no level"
 
 
 def _threads(t: Dict[str, Any]) -> str:
@@ -275,7 +301,17 @@ def _cell(r: pd.Series) -> Dict[str, str]:
         text += f" {r['err'] / r['bound']:.2g}×bound"
     elif outcome == "fail" and not np.isfinite(r["err"]):
         text += " (non-finite)"
-    return {"outcome": outcome, "text": text, "reason": r["reason"] or ""}
+    return {"outcome": outcome, "glyph": OUTCOME[outcome].glyph, "text": text,
+            "reason": r["reason"] or ""}
+
+
+def _family_cell(counts: pd.Series, worst: str) -> Dict[str, Any]:
+    """A matrix cell: its worst outcome, and a glyph and a count per outcome (worst first),
+    in words in ``title`` ("3 known failure, 3 pass")."""
+    marks = [{"outcome": o, "glyph": OUTCOME[o].glyph, "n": int(counts[o])}
+             for o in OUTCOME_ORDER if counts.get(o)]
+    return {"outcome": worst, "marks": marks,
+            "title": ", ".join(f"{m['n']} {OUTCOME[m['outcome']].cell}" for m in marks)}
 
 
 def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = None
@@ -298,8 +334,7 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
         for fam in families:
             counts = g[g["family"] == fam]["outcome"].value_counts()
             worst = next((o for o in OUTCOME_ORDER if counts.get(o)), "none")
-            cells.append({"outcome": worst, "text": ", ".join(
-                f"{counts[o]} {o}" for o in OUTCOME_ORDER if counts.get(o)) or "-"})
+            cells.append(_family_cell(counts, worst))
         wheres = sorted(g["where"].unique())
         cases = []
         for (fam, case), c in g.groupby(["family", "case"], sort=True):
@@ -316,8 +351,8 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
                      "anchor": anchor(impl, machine if multi else None),
                      "name": impl, "machine": machine, "family": styles[impl].family,
                      "wheres": wheres, "cases": cases, "notes": notes,
-                     "summary": ", ".join(f"{counts[o]} {o}" for o in OUTCOME_ORDER
-                                          if counts.get(o)),
+                     "summary": ", ".join(f"{counts[o]} {OUTCOME[o].cell}"
+                                          for o in OUTCOME_ORDER if counts.get(o)),
                      "median_ratio": f"{closeness.median():.2f}" if len(closeness) else "-"})
     order = family_order(r["family"] for r in rows)
     rows.sort(key=lambda r: (order.index(r["family"]), r["name"], r["machine"]))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from pathlib import Path
 
 import matplotlib.colors as mcolors
 import numpy as np
+import pandas as pd
 import pytest
 from bs4 import BeautifulSoup
 from matplotlib.text import Text
@@ -391,27 +393,139 @@ def _headline(soup: BeautifulSoup) -> dict:
 
 def test_headline_says_what_each_implementation_did_and_links_it(full):
     lines = _headline(full)
-    assert set(lines) == {"numpy", "torch.nn", "jax.nn", "bug.ignores_mask",
-                          "torch.sdpa[cudnn]"}
-    assert "conforms (40 cases pass)" in lines["numpy"]
+    assert set(lines) == {"numpy", "torch.nn", "jax.nn", "bug.ignores_mask"}
+    assert "conforms on the 40 cases it ran: 40 of 46 cases (87%) it was given, " \
+        "6 unsupported" in lines["numpy"]
     assert "deviates as declared (fully_masked_rows, nan_padding) in 4 cases" in lines[
         "torch.nn"]
     assert lines["bug.ignores_mask"].startswith("bug.ignores_mask fails 18 cases: masking/")
     assert "+15 more" in lines["bug.ignores_mask"]  # three cases named, the rest counted
     assert "raises an error in 1 case" in lines["bug.ignores_mask"]
-    assert "not available here: needs a CUDA device" in lines["torch.sdpa[cudnn]"]
     sec = full.find(id="headline")
-    classes = {a.get_text(strip=True): a["class"][0] for a in sec.find("ul").find_all("a")}
+    classes = {a.get_text(strip=True): a["class"][0]
+               for a in sec.find("ul", class_="verdicts").find_all("a")}
     assert classes == {"numpy": "pass", "torch.nn": "deviation", "jax.nn": "deviation",
-                       "bug.ignores_mask": "fail", "torch.sdpa[cudnn]": "unsupported"}
+                       "bug.ignores_mask": "fail"}
     # each item links to a place on the page: its conformance details, or the section
     for a in sec.find_all("a"):
         target = full.find(id=a["href"][1:])
         assert target is not None, a["href"]
     assert full.find(id=sec.find("a", string="torch.nn")["href"][1:]).summary.get_text(
         ).startswith("torch.nn:")
-    counts = sec.find("p", class_="lead").get_text(" ", strip=True)
-    assert "1 fail" in counts and "2 deviate as declared" in counts and "1 conform" in counts
+    groups = _outcome_groups(full)
+    assert groups["fail"].startswith("✗ 1 fail bug.ignores_mask fails 18 cases")
+    assert groups["deviation"] == "Δ 2 deviate as declared torch.nn, jax.nn"
+    assert groups["pass"] == "✓ 1 conform numpy (40 of 46)"
+    assert groups["unavailable"] == ("○ 1 not available here torch.sdpa[cudnn]: needs a CUDA "
+                                     "device (torch.cuda.is_available() is False)")
+
+
+def _outcome_groups(soup: BeautifulSoup) -> dict:
+    """The headline's line per outcome: {outcome (or "unavailable"): its text}."""
+    items = soup.find(id="headline").find("ul", class_="by-outcome").find_all("li",
+                                                                             recursive=False)
+    return {li.get("data-outcome") or li["class"][0]: " ".join(li.get_text(" ").split())
+            .replace(" ,", ",").replace(" :", ":") for li in items}
+
+
+def _conformance_doc(counts: dict, unavailable: dict = ()) -> dict:
+    """The real conformance file with its results replaced: per implementation
+    ({impl: {outcome: n}}) n cases of each outcome; ``unavailable``: {impl: its error}."""
+    conf = json.loads((FIXTURES / "real" / "conformance.json").read_text())
+    entry, case = conf["implementations"][0], conf["results"][0]
+    conf["implementations"] = [{**entry, "name": n, "available": True} for n in counts] + [
+        {**entry, "name": n, "available": False, "error": e} for n, e in dict(unavailable).items()]
+    conf["results"] = [{**case, "impl": impl, "outcome": o, "case": f"{o}_{k}",
+                        "test_id": f"{impl}-{o}-{k}", "reason": f"planted {o}"}
+                       for impl, by in counts.items() for o, n in by.items() for k in range(n)]
+    return conf
+
+
+def test_headline_says_how_much_a_conforming_implementation_covered(tmp_path):
+    # #42 item 9: "pallas.gpu.decode conforms (1 cases pass); 11 unsupported" said
+    # "conforms" of an implementation that ran one case in twelve
+    (tmp_path / "c.json").write_text(json.dumps(_conformance_doc({
+        "numpy": {"pass": 12}, "few.cases": {"pass": 1, "unsupported": 11},
+        "most.cases": {"pass": 9, "unsupported": 3}})))
+    soup = _soup(build_report([tmp_path / "c.json"], tmp_path / "r.html"))
+    lines, groups = _headline(soup), _outcome_groups(soup)
+    assert "conforms (all 12 cases pass)" in lines["numpy"]
+    assert "conforms on the 1 case it ran: 1 of 12 cases (8%) it was given, 11 unsupported" \
+        in lines["few.cases"]
+    assert "9 of 12 cases (75%) it was given, 3 unsupported" in lines["most.cases"]
+    assert groups["pass"] == "✓ 2 conform numpy (all 12), most.cases (9 of 12)"
+    assert groups["partial"] == ("◐ 1 pass where they run, but run under 50% of their cases "
+                                 "few.cases (1 of 12)")
+    sec = soup.find(id="headline")
+    assert sec.find("ul", class_="verdicts").find("a", string="few.cases")["class"] == [
+        "partial", "pill"]
+    assert "1 conform" not in sec.get_text(" ") and "3 conform" not in sec.get_text(" ")
+
+
+def test_headline_groups_by_outcome_and_says_unavailable_ones_in_one_line(tmp_path):
+    # #42 item 9: 56 verdicts were 56 lines of tags, and each implementation not installed
+    # a line of its own
+    hint = "tensorflow is not installed (pip install tensorflow)"
+    counts = {f"lib.k{i}": {"known_failure": 1, "pass": 3} for i in range(6)}
+    counts.update({f"lib.d{i}": {"deviation": 2, "pass": 3} for i in range(6)})
+    counts.update({"lib.bad": {"fail": 2, "pass": 3}, "lib.ok": {"pass": 4}})
+    gone = {f"keras.mha[tf]{s}": hint for s in ("", "+weights")}
+    gone["keras.mha[jax]"] = "run with KERAS_BACKEND=jax"
+    (tmp_path / "c.json").write_text(json.dumps(_conformance_doc(counts, gone)))
+    soup = _soup(build_report([tmp_path / "c.json"], tmp_path / "r.html"))
+    groups = _outcome_groups(soup)
+    assert list(groups) == ["fail", "known_failure", "deviation", "pass", "unavailable"]
+    assert groups["fail"].startswith("✗ 1 fail lib.bad fails 2 cases: ")  # findings: cases
+    assert groups["known_failure"] == "⚑ 6 with known failures " + ", ".join(
+        f"lib.k{i}" for i in range(6))  # the rest: names, one line each outcome
+    assert groups["unavailable"] == (
+        f"○ 3 not available here keras.mha[jax]: run with KERAS_BACKEND=jax; "
+        f"keras.mha[tf], keras.mha[tf]+weights: {hint}")
+    # every implementation's full verdict stays one click away
+    assert len(_headline(soup)) == len(counts)
+    assert soup.find(id="headline").find("details", class_="verdicts") is not None
+
+
+def _lab(colour: str) -> np.ndarray:
+    """CIELAB (D65) of an sRGB colour."""
+    rgb = np.array(mcolors.to_rgb(colour))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                    [0.0193, 0.1192, 0.9505]]) @ lin / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_matrix_cells_are_glyphs_and_counts_in_colours_told_apart(twenty_report):
+    # #42 item 10: cells read "3 known_failure, 3 deviation, 3 pass"; known failures and
+    # deviations shared nearly one orange
+    from reports.tables import OUTCOMES
+
+    css = str(twenty_report.find("style"))
+    colours = {o.name: re.search(rf"\.{o.name} {{ background: (#[0-9a-f]{{6}}); }}", css).group(1)
+               for o in OUTCOMES}
+    names = list(colours)
+    for k, a in enumerate(names):
+        for b in names[k + 1:]:
+            assert np.linalg.norm(_lab(colours[a]) - _lab(colours[b])) >= 20, (a, b)
+    assert len({o.glyph for o in OUTCOMES}) == len(OUTCOMES)  # readable without colour
+    legend = twenty_report.find(id="outcome-legend")
+    assert [li.find(class_="glyph").get_text() for li in legend.find_all("li")[:len(OUTCOMES)]
+            ] == [o.glyph for o in OUTCOMES]
+    matrix = twenty_report.find("table", class_="matrix")
+    glyph = {o.glyph: o.name for o in OUTCOMES}
+    seen = set()
+    for td in matrix.find_all("td", class_="cell"):
+        marks = [(glyph[m.find(class_="glyph").get_text()], int(m.get_text()[1:]))
+                 for m in td.find_all(class_="mark")]
+        assert marks, td
+        assert [o for o, _ in marks] == sorted((o for o, _ in marks), key=names.index)
+        assert td["class"][1] == marks[0][0]  # coloured by the worst
+        assert td["title"] == ", ".join(f"{n} {next(x.cell for x in OUTCOMES if x.name == o)}"
+                                        for o, n in marks)
+        seen |= {o for o, _ in marks}
+        assert "_" not in td.get_text()
+    assert {"fail", "deviation", "pass"} <= seen
 
 
 def test_headline_fastest_per_band_and_what_was_not_measured(full):
@@ -654,24 +768,44 @@ def test_the_conformance_section_states_the_rule_the_suite_applies(full):
     assert f"{agreement.K_FORWARD:g}" in agreement.RULE_K_TEXT
 
 
-def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path):
+def _isa_cards(tmp_path, conformance_native, sweep_native) -> dict:
+    """{kind: its card's CPU levels} of a report of the vm's conformance file (its records run
+    at default, avx2 and avx512) and sweep, each recording ``*_native`` as its native level."""
     conf = json.loads((FIXTURES / "vm" / "conformance_vm.json").read_text())
-    m = conf["machine"]
-    conf["machine_info"] = {"node": m.get("node"), "system": m.get("system"),
-                            "mha_suite": {"cpu_model": m.get("cpu_model"),
-                                          "libraries": m.get("libraries"),
-                                          "isa_native": "avx512"}}
+    sweep = json.loads((FIXTURES / "vm" / "sweep_vm.json").read_text())
+    facts = sweep["machine_info"]["mha_suite"]
+    conf["machine_info"] = {"node": "vm", "system": conf["machine"].get("system"),
+                            "mha_suite": {"cpu_model": facts["cpu_model"],
+                                          "libraries": conf["machine"].get("libraries"),
+                                          "isa_native": conformance_native}}
+    facts["isa_native"] = sweep_native
     for i, r in enumerate(conf["results"]):  # a run at every level: default, avx2, native
         r["isa"] = ("avx512", "avx2", "default")[i % 3] if r["impl"] != "numpy" else None
     (tmp_path / "conformance.json").write_text(json.dumps(conf))
-    build_report([tmp_path / "conformance.json", FIXTURES / "vm" / "sweep_vm.json"],
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    build_report([tmp_path / "conformance.json", tmp_path / "sweep.json"],
                  tmp_path / "report.html")
     cards = _soup(tmp_path / "report.html").find(id="environment").find_all(class_="card")
-    levels = [c.find(class_="isa") for c in cards]
-    conformance = next(lv for c, lv in zip(cards, levels) if "conformance" in c.get_text())
-    assert conformance.get_text() == "native avx512; ran at default, avx2, avx512"
-    # a file recording neither (the sweep, written before levels were recorded) says nothing
-    assert sum(lv is None for lv in levels) == 1
+    assert {c.find(class_="name").get_text() for c in cards} == {"vm"}  # one machine
+    return {c.find(class_="tag").get_text(): c.find(class_="isa") for c in cards}
+
+
+def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path):
+    cards = _isa_cards(tmp_path, "avx512", None)
+    assert cards["conformance"].get_text() == "native avx512; ran at default, avx2, avx512"
+
+
+def test_the_cards_of_one_machine_agree_on_its_native_level(tmp_path):
+    # #42 item 11: the main job's conformance file (written where torch was never imported)
+    # records no native level, its sweep does: the cards said "native not recorded; ran at
+    # default, avx2, avx512" beside "native avx512; ran at none recorded"
+    cards = _isa_cards(tmp_path, None, "avx512")
+    assert cards["conformance"].get_text() == "native avx512; ran at default, avx2, avx512"
+    assert cards["sweep"].get_text() == ("native avx512; points record no level: torch's "
+                                         "native one unless ATEN_CPU_CAPABILITY pinned another")
+    cards = _isa_cards(tmp_path, None, None)  # recorded nowhere: said so, the levels run kept
+    assert cards["conformance"].get_text() == "native not recorded; ran at default, avx2, avx512"
+    assert cards["sweep"] is None
 
 
 def test_machine_facts_record_the_native_level_once_torch_ran(monkeypatch):
@@ -688,3 +822,147 @@ def test_machine_facts_record_the_native_level_once_torch_ran(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.delenv(isa.TORCH_ENV, raising=False)
     assert timing.machine_facts()["isa_native"] == "avx512"
+
+
+# --- memory points the report does not vouch for ------------------------------------------
+def _sweep_with_memory(out: Path, planted: dict) -> Path:
+    """The vm sweep measured by the RSS method, with ``planted`` ({(impl, mask, L): MiB}) at
+    H=8 in place of what was measured."""
+    sweep = json.loads((FIXTURES / "vm" / "sweep_vm.json").read_text())
+    for b in sweep["benchmarks"]:
+        x = b["extra_info"]
+        x["peak_method"] = "rss_hwm_delta"
+        mib = planted.get((x["impl"], x["mask"], x["Lq"])) if x["H"] == 8 else None
+        if mib is not None:
+            x["peak_bytes"] = int(mib * 2**20)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(sweep))
+    return out / "sweep.json"
+
+
+def test_memory_points_that_cannot_hold_are_marked_and_left_out_of_their_lines(
+        tmp_path, monkeypatch):
+    # #42 item 11: jax's RSS rise read 150 MiB at one length and 15 MiB at the next, and a
+    # rise of a few hundred KiB is the allocator's noise; the chart drew both as data
+    src = _sweep_with_memory(tmp_path / "r", {("jax.jit", "none", 2048): 12.0,
+                                               ("numpy.flash", "causal", 128): 0.4})
+    ok = load_sweeps([src]).query("status == 'ok'")
+    why = ok.dropna(subset=["memory_untrusted"]).set_index(["impl", "mask", "H", "L"])[
+        "memory_untrusted"].to_dict()
+    assert set(why) == {("jax.jit", "none", 8, 2048), ("numpy.flash", "causal", 8, 128)}
+    assert why[("jax.jit", "none", 8, 2048)] == "12 MiB, less than the 83.7 MiB of a shorter length"
+    assert why[("numpy.flash", "causal", 8, 128)] == "RSS rise 410 KiB, under the 1 MiB noise floor"
+    drawn = []
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig, tight=True: drawn.append(fig) or "")
+    chart, = figures.memory_vs_length(ok)
+    assert chart.title.endswith("points not to be trusted (red crosses, left out of their "
+                                "lines): jax.jit, numpy.flash")
+    crosses, lines = {}, {}
+    for ax in drawn[0].axes:
+        for c in ax.collections:
+            if str(c.get_gid() or "").startswith(figures.FLAG_GID):
+                crosses.setdefault(c.get_gid()[len(figures.FLAG_GID):], []).extend(
+                    np.round(c.get_offsets()[:, 0]).astype(int).tolist())
+        for line in ax.get_lines():
+            if line.get_gid():
+                lines.setdefault(line.get_gid(), []).append(line.get_xdata().tolist())
+    assert crosses == {"jax.jit": [2048], "numpy.flash": [128]}
+    # the flagged points are no part of their lines; the other lines keep every length
+    assert sorted(map(len, lines["jax.jit"])) == [4, 5]
+    assert sorted(map(len, lines["numpy.flash"])) == [5, 6]
+    assert [128, 256, 512, 1024, 2048, 4096] in lines["torch.sdpa"]
+    soup = _soup(build_report([src], tmp_path / "report.html"))
+    sec = soup.find(id="memory")
+    assert sec.find(class_="memory-untrusted").get_text() == (
+        "Not trusted: jax.jit at L 2048; numpy.flash at L 128.")
+    assert "under 1 MiB" in sec.find(class_="memory-trust").get_text()
+    assert "not to be trusted" in sec.find("img")["alt"]
+
+
+def test_memory_that_grows_with_the_length_is_trusted(tmp_path):
+    ok = load_sweeps([_sweep_with_memory(tmp_path / "r", {})]).query("status == 'ok'")
+    assert ok["memory_untrusted"].isna().all()
+    soup = _soup(build_report([tmp_path / "r"], tmp_path / "report.html"))
+    assert soup.find(id="memory").find(class_="memory-untrusted") is None
+    assert "not to be trusted" not in soup.find(id="memory").find("img")["alt"]
+
+
+# --- end labels that stay legible -----------------------------------------------------------
+def _many_torch(twenty: Path, n: int = 14) -> pd.DataFrame:
+    """numpy's points of the twenty-implementation results as ``n`` torch implementations,
+    times spread and crossing; every third stops at L = 512 (a per-shape compiler sampled
+    at fewer lengths), so its end is left of the others'."""
+    ok = load_sweeps([twenty]).query("status == 'ok' and impl == 'numpy'")
+    parts = []
+    for i in range(n):
+        p = ok.assign(impl=f"torch.v{i:02d}", framework="torch",
+                      median_s=ok["median_s"] * 1.15 ** i * (ok["L"] / 512) ** (0.1 * (i % 4 - 2)))
+        parts.append(p[p["L"] <= 512] if i % 3 == 0 else p)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _segments_cross(a, b) -> bool:
+    """Whether two segments ((x, y), (x, y)) cross at a point inside both."""
+    def side(p, q, r):
+        return np.sign((q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0]))
+    return (side(*a, b[0]) * side(*a, b[1]) < 0) and (side(*b, a[0]) * side(*b, a[1]) < 0)
+
+
+def test_a_large_family_is_split_into_panels_whose_leaders_never_cross(twenty, monkeypatch):
+    # #42 item 12: the torch panels stacked 12-14 end labels with crossing leader lines
+    many = _many_torch(twenty)
+    styles = figures.impl_styles(many)
+    panels = figures.split_panels(many["impl"], styles)
+    assert sorted(collections.Counter(panels.values()).items()) == [
+        ("torch (1 of 2)", 7), ("torch (2 of 2)", 7)]
+    drawn = []
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig, tight=True: drawn.append(fig) or "")
+    chart, = figures.time_vs_length(many, styles)
+    assert sorted(chart.labels) == sorted(panels)
+    fig = drawn[0]
+    for ax, boxes in zip(fig.axes, _label_boxes(fig)):
+        if not boxes:
+            continue
+        title = next(t.get_text() for t in ax.texts if t.get_gid() == figures.TITLE_GID)
+        assert len(boxes) <= figures.MAX_LINES and title.startswith("torch (")
+        to_px = ax.transAxes.transform
+        leaders = {c.get_gid()[len(figures.LEADER_GID):]: [to_px(np.asarray(seg)) for seg in
+                                                            c.get_segments()]
+                   for c in ax.collections
+                   if str(c.get_gid() or "").startswith(figures.LEADER_GID)}
+        assert sorted(leaders) == sorted(boxes)  # every label has its leader
+        ends = {line.get_gid(): ax.transData.transform(np.column_stack(line.get_data())[-1])
+                for line in ax.get_lines() if line.get_gid()}
+        for name, segs in leaders.items():
+            assert np.allclose(segs[0][0], ends[name], atol=1.0), name  # from the line's end
+            box = boxes[name]
+            assert box.x0 - 8 <= segs[-1][1][0] <= box.x0 and box.y0 <= segs[-1][1][1] <= box.y1
+        names = sorted(leaders)
+        for k, a in enumerate(names):
+            for b in names[k + 1:]:
+                for sa in leaders[a]:
+                    for sb in leaders[b]:
+                        assert not _segments_cross(sa, sb), (title, a, b)
+
+
+def test_head_count_chart_leaves_out_what_was_timed_at_one_head_count(twenty, tmp_path,
+                                                                      monkeypatch):
+    # #42 item 12: implementations the sampled run timed at one head count were single
+    # labelled points among the lines
+    sweep = json.loads((twenty / "sweep-20.json").read_text())
+    single = ("jax.nn", "mymha")
+    sweep["benchmarks"] = [b for b in sweep["benchmarks"] if not (
+        b["extra_info"]["impl"] in single and b["extra_info"]["H"] != 8)]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "sweep.json").write_text(json.dumps(sweep))
+    ok = load_sweeps([tmp_path / "r"]).query("status == 'ok'")
+    chart, = figures.time_vs_heads(ok)
+    assert not set(single) & set(chart.labels)
+    assert set(chart.labels) == {n for n, _ in TWENTY} - set(single)
+    assert chart.note == "Left out, timed at a single head count here (no line to draw): " \
+        "jax.nn, mymha."
+    length, = figures.time_vs_length(ok)  # in the length sweep they have lines
+    assert set(single) <= set(length.labels) and length.note == ""
+    soup = _soup(build_report([tmp_path / "r"], tmp_path / "report.html"))
+    note = soup.find(id="heads").find("p", class_="chart-note")
+    assert note.get_text() == chart.note and chart.note in soup.find(id="heads").img["alt"]
