@@ -361,6 +361,12 @@ class Implementation:
     # it is given problems with key = value = query (Lq == Lk), and its one gradient is
     # returned under "query".
     kv_source: ClassVar[str] = "separate"
+    # How many key/value heads the module has, when that is fixed by its design rather than
+    # by the problem: None (the problem's, the default), an int (1: a multi-query module), or
+    # "half" (H // 2). Every case is given to such a plugin with that many kv heads, its
+    # k/v projections the first ones of the case's (``expressible``); a case with fewer kv
+    # heads than the module has is unsupported for it.
+    kv_heads: ClassVar[Optional[Union[int, str]]] = None
     # Whether the module's q/k/v/o projections add biases. False (a Llama-style module whose
     # linear layers have none): every case and Hypothesis example is given to the plugin
     # without projection biases (``expressible``), and the oracle judges what it was given.
@@ -526,6 +532,7 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
     problem is about key != value, which neither can express (``Unsupported``)."""
     if not declared(impl, "projection_bias"):  # a bias-free module: no projection biases
         problem = without_projection_biases(problem)
+    problem = with_kv_heads(problem, declared(impl, "kv_heads"))
     source = declared(impl, "kv_source")
     if source == "self":
         if problem.query is problem.key is problem.value:
@@ -543,6 +550,31 @@ def expressible(impl: Implementation, problem: Problem, *, distinct_kv: bool = F
         raise Unsupported("needs key != value; the plugin takes one key/value source "
                           "(kv_source='shared')")
     return dataclasses.replace(problem, value=problem.key)
+
+
+def with_kv_heads(problem: Problem, kv_heads: Optional[Union[int, str]]) -> Problem:
+    """``problem`` with ``kv_heads`` key/value heads (None: as it is; "half": H // 2): the
+    k/v projections (and biases) of its first kv heads, so query head h reads kv head
+    h // (H / kv_heads) as the spec groups them. Unsupported when the problem has fewer kv
+    heads than that, or when H is not a multiple of it."""
+    if kv_heads is None:
+        return problem
+    n = problem.H // 2 if kv_heads == "half" else kv_heads
+    if n == problem.K:
+        return problem
+    if n < 1:
+        raise Unsupported(f"the module has H // 2 key/value heads: none at H={problem.H}")
+    if problem.H % n:
+        raise Unsupported(f"the module's {n} key/value heads do not divide the problem's "
+                          f"H={problem.H} query heads")
+    if n > problem.K:
+        raise Unsupported(f"the case has {problem.K} key/value head(s), fewer than the "
+                          f"module's {n} (kv_heads={kv_heads!r})")
+    w, D, V = problem.weights, problem.D, problem.V
+    cut = lambda a, width: None if a is None else a[..., :n * width]  # noqa: E731
+    weights = dataclasses.replace(w, w_k=cut(w.w_k, D), b_k=cut(w.b_k, D),
+                                  w_v=cut(w.w_v, V), b_v=cut(w.b_v, V))
+    return dataclasses.replace(problem, weights=weights, num_kv_heads=n)
 
 
 def without_projection_biases(problem: Problem) -> Problem:
@@ -665,6 +697,11 @@ def check_interface(cls: type) -> None:
         if value not in allowed:
             raise TypeError(f"{cls.__name__}.{attr}: expected one of {list(allowed)}, "
                             f"got {value!r}")
+    kv = declared(cls, "kv_heads")
+    if not (kv is None or kv == "half" or (isinstance(kv, int) and not isinstance(kv, bool)
+                                           and kv >= 1)):
+        raise TypeError(f"{cls.__name__}.kv_heads: expected None, a positive int or 'half', "
+                        f"got {kv!r}")
     if not isinstance(declared(cls, "projection_bias"), bool):
         raise TypeError(f"{cls.__name__}.projection_bias: expected True or False, got "
                         f"{cls.projection_bias!r}")

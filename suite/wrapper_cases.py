@@ -30,7 +30,7 @@ import numpy as np
 
 from suite.cases import Case, case
 from suite.check import Outcome, error_text, missing_features
-from suite.plugin import Implementation, Unsupported
+from suite.plugin import Implementation, Unsupported, expressible
 from suite.problem import Mask, Problem, make_problem
 
 FAMILY = "wrapper"
@@ -46,6 +46,10 @@ def _judge(method: str, what: str):
             return out.classify("unsupported", f"not a module wrapper: no {method} (the module "
                                                f"cores TorchModuleCore, JaxModuleCore and "
                                                f"KerasModuleCore give one)")
+        try:  # as the module takes it (its kv heads, one input, no biases)
+            p = expressible(impl, p)
+        except Unsupported as exc:
+            return out.classify("unsupported", str(exc) or type(exc).__name__)
         missing = missing_features(impl, p)
         if missing:
             return out.classify("unsupported", f"needs {', '.join(missing)}")
