@@ -365,13 +365,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     # The conformance matrix covers the dtypes the sweep times (mha-suite check: all).
     dtypes = args.dtype or sweep.preset_dtypes(args.preset)
+    # One screen after the progress bars: totals and what failed (the report has the rest).
     check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
-                                       "dtype": dtypes, "k": None, "pytest_args": [],
-                                       "sample": not args.full})
+                                       "dtype": dtypes, "k": None, "sample": not args.full,
+                                       "pytest_args": ["--brief-summary", "--disable-warnings",
+                                                       "--tb=no", "-rN"]})
     sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
                                  sample=not args.full,
                                  impl=list(args.impl), plugin=list(args.plugin),
-                                 progress=args.progress,
+                                 progress=args.progress, brief=True,
                                  device=[w for d in args.device for w in sweep._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)

@@ -393,7 +393,12 @@ class ConformanceSession:
             self.bar.stop()
         if not self.records:
             return
-        from suite.conformance.summary import matrix_lines, stale_known_lines, stale_lines
+        from suite.conformance.summary import (
+            brief_lines,
+            matrix_lines,
+            stale_known_lines,
+            stale_lines,
+        )
 
         unused = set(self.known) - self.used
         filtered = self.narrowed()
@@ -413,7 +418,8 @@ class ConformanceSession:
         elif not filtered and not self.interrupted:  # a narrowed run may leave out its cases
             for line in stale_known_lines(self.records):
                 terminalreporter.write_line(line)
-        for line in matrix_lines(self.records, config):
+        brief = config.getoption("--brief-summary")
+        for line in (brief_lines if brief else matrix_lines)(self.records, config):
             terminalreporter.write_line(line)
         from suite.sample import left_line
 

@@ -39,6 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run CI's covering selection of the cases (suite.cover): the main "
                          "job's sample, every lane length once per implementation, and cases "
                          "named by every known-failure entry; what it leaves is counted")
+    group.addoption("--brief-summary", action="store_true", default=False,
+                    help="after the run, totals per outcome and the implementations with a "
+                         "failure or error only (the matrix is the report's; the main job)")
     group.addoption("--strict-declarations", action="store_true", default=False,
                     help="fail the run where a known-failure entry or a known library "
                          "behaviour held here and no case needed it (stale or wrong)")

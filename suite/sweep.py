@@ -125,6 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(pytest-timeout; default {POINT_TIMEOUT_S:.0f}, 0 = none)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar with an ETA (default: when stderr is a terminal)")
+    p.add_argument("--brief", action="store_true",
+                   help="no line per point, only what went wrong and the summary (the points "
+                        "are in the results file and the report; the main job's output)")
     p.add_argument("--stop-after", dest="stop_after", type=int, default=None,
                    help=argparse.SUPPRESS)  # tests: stop as if interrupted after N points
 
@@ -245,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     spec.update(out=str(out), resume=bool(args.resume), threads=args.threads,
                 memory_budget_gb=args.memory_budget, stop_after=args.stop_after,
                 shard=args.shard, sample=bool(getattr(args, "sample", False)),
-                progress=sys.stderr.isatty() if args.progress is None else args.progress)
+                progress=sys.stderr.isatty() if args.progress is None else args.progress,
+                brief=bool(getattr(args, "brief", False)))
     # The device option filters the devices an implementation offers; the grid's points
     # name the device prefixes, so the selection's devices stay empty here.
     session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))

@@ -186,6 +186,11 @@ class SweepSession:
 
     # -- the points ------------------------------------------------------------------------
 
+    def note_point(self, line: str) -> None:
+        """A measured point's line, unless the sweep is brief (``--brief``: the main job)."""
+        if not self.spec.get("brief"):
+            self.note(line)
+
     def note(self, line: str) -> None:
         """A line above the progress bar, as written: names such as ``torch.sdpa[flash]`` hold
         brackets that rich would read as markup and drop."""

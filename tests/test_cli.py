@@ -184,3 +184,28 @@ def test_a_subclass_of_a_built_in_inherits_its_known_failure_entries(cli, tmp_pa
     assert by_case["none"]["outcome"] == "known_failure", by_case["none"]["reason"]
     assert by_case["none"]["reason"].startswith("inherited from numpy: the parent's bug")
     assert by_case["causal"]["outcome"] == "fail"
+
+
+def test_the_main_job_fits_one_screen_after_its_progress(cli, tmp_path):
+    """#38: after the progress lines, ``mha-suite run`` prints the totals, the
+    implementations with a failure (named, not their reasons), the sweep's summary and the
+    report's path: no pytest failure sections, no warnings summary, no line per point."""
+    out = tmp_path / "run"
+    proc = cli("run", "--impl", "numpy", "--impl", "bug.packed_ignores_sequences",
+               "--plugin", str(PLUGINS / "packed_planted.py"), "--preset", "ci",
+               "--out", str(out), "--no-progress", timeout=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    after = [line for line in lines[next(i for i, line in enumerate(lines)
+                                         if line.startswith("[1/3]")):]
+             if line.strip() and not re.fullmatch(r"[.sxFE]+ *\[ *\d+/\d+\]", line.strip())
+             and "bringing up nodes" not in line]
+    assert len(after) <= 20, "\n".join(after)
+    text = "\n".join(after)
+    assert re.search(r"^conformance: \d+ cases of 2 implementations: \d+ pass, .*3 fail",
+                     text, re.M), text
+    assert "bug.packed_ignores_sequences: 3 failed (packed/" in text
+    assert "numpy" not in text.split("not passed, per implementation")[1].split("[2/3]")[0]
+    for noise in ("FAILURES", "warnings summary", "short test summary", " ms "):
+        assert noise not in text, noise
+    assert (out / "report.html").exists() and (out / "sweep-ci.json").exists()

@@ -46,9 +46,9 @@ def test_point(benchmark, sweep_point, sweep_session, request):
     spread = timing.spread(median, stats.iqr, stats.iqr_outliers, stats.rounds)
     benchmark.extra_info["noisy"] = spread["noisy"]
     session.record_point(benchmark.stats.as_dict(include_data=False))  # finished: saved
-    session.note(f"{entry.name:<18} {device:<6} {point.dtype:<8} L={point.L:<6} H={point.H:<3} "
+    session.note_point(f"{entry.name:<18} {device:<6} {point.dtype:<8} L={point.L:<6} H={point.H:<3} "
                  f"{point.mask:<10} median {median * 1e3:9.3f} ms  "
                  f"{result.info['flops'] / median / 1e9:8.1f} GFLOP/s")
     if spread["noisy"]:
-        session.note(f"noisy: {entry.name} {device} {point.dtype} L={point.L} H={point.H} "
+        session.note_point(f"noisy: {entry.name} {device} {point.dtype} L={point.L} H={point.H} "
                      f"{point.mask}: {spread['noisy']}; {timing.NOISY_ADVICE}")

@@ -57,6 +57,29 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
     return lines + outcome_lines(records)
 
 
+def brief_lines(records: List[dict], config=None) -> List[str]:
+    """The run in a few lines (the main job's terminal): the totals per outcome, then
+    ``outcome_lines`` for the implementations with a failure, an error or a flaky case only.
+    The matrix and every known failure and declared deviation are in the report."""
+    counts = Counter(r["outcome"] for r in records)
+    impls = {row_label(r) for r in records}
+    words = [f"{counts[o]} {o.replace('_', ' ')}" for o in
+             ("pass", "deviation", "known_failure", "unsupported", "flaky", "fail", "error")
+             if counts.get(o)]
+    lines = ["", f"conformance: {len(records)} cases of {len(impls)} implementations: "
+                 + ", ".join(words) + " (the matrix, by family: the report)"]
+    if config is not None:
+        gone = [e.name for e in Selection.from_config(config).entries(available_only=False)
+                if not e.available]
+        if gone:
+            lines.append(f"not available here: {len(gone)} ({', '.join(gone[:6])}"
+                         + (f", +{len(gone) - 6} more" if len(gone) > 6 else "")
+                         + "; mha-suite list says why)")
+    bad = {row_label(r) for r in records if r["outcome"] in
+           (Outcome.FAIL.value, Outcome.ERROR.value, Outcome.FLAKY.value)}
+    return lines + outcome_lines([r for r in records if row_label(r) in bad])
+
+
 # The outcomes outcome_lines names, in its order, and their words (singular, plural).
 # Unsupported is left to the matrix's "unsup" counts: a feature not declared, not a verdict.
 GROUPS = {Outcome.FAIL.value: ("failed", "failed"), Outcome.ERROR.value: ("error", "errors"),
