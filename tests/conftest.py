@@ -25,6 +25,27 @@ def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
                           text=True, timeout=timeout, cwd=ROOT, env=full_env)
 
 
+def planted(module: str):
+    """A plugin module of tests/plugins (planted bugs and declarations), imported by name."""
+    import importlib
+
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(PLUGINS))
+
+
+def run_catalog_case(impl, family: str, name: str, dtype: str = "float64"):
+    """Case ``family/name`` of the catalogue run on ``impl`` on the CPU: its Outcome."""
+    from suite import catalog
+    from suite.check import Outcome
+
+    (case,) = [c for c in catalog.of_family(family) if c.name == name]
+    return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,
+                                  "pass"))
+
+
 @pytest.fixture
 def cli():
     return run_cli

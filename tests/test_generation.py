@@ -4,7 +4,6 @@ own cache, judged row by row against the oracle of the whole prefill."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 import pytest
@@ -12,25 +11,18 @@ import pytest
 from suite import catalog
 from suite.check import Outcome
 from suite.problem import InputError, Mask, make_problem
-from tests.conftest import PLUGINS
+from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
          "window_in_cache", "gqa_cache")
 
 
 def _run(impl, name: str, dtype: str = "float64") -> Outcome:
-    (case,) = [c for c in catalog.of_family("generation") if c.name == name]
-    return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,
-                                  "pass"))
+    return run_catalog_case(impl, "generation", name, dtype)
 
 
 def _planted():
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import generation_planted
-    finally:
-        sys.path.remove(str(PLUGINS))
-    return generation_planted
+    return planted("generation_planted")
 
 
 def test_the_family_has_its_cases_and_every_problem_is_valid():

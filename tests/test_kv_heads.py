@@ -1,7 +1,6 @@
 """#42 item 8: a module whose key/value head count is fixed (``kv_heads``) runs every case
 that does not need more key/value heads than it has, each in its grouped-query form."""
 
-import sys
 
 import numpy as np
 import pytest
@@ -11,18 +10,13 @@ from suite.check import Outcome
 from suite.oracle import oracle
 from suite.plugin import Unsupported, check_interface, with_kv_heads
 from suite.problem import make_problem
-from tests.conftest import PLUGINS
+from tests.conftest import planted
 
 FAMILIES = ("masking", "shapes", "numerics", "variants", "packed", "decode", "generation")
 
 
 def _plugins():
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import fixed_kv_heads
-    finally:
-        sys.path.remove(str(PLUGINS))
-    return fixed_kv_heads
+    return planted("fixed_kv_heads")
 
 
 def _outcomes(impl, families=FAMILIES):

@@ -12,18 +12,13 @@ import pytest
 from suite import contracts
 from suite.check import Outcome
 from suite.plugin import Contract, check_interface
-from tests.conftest import PLUGINS, ROOT
+from tests.conftest import PLUGINS, ROOT, planted
 
 FILE = PLUGINS / "option_contracts.py"
 
 
 def _plugins():
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import option_contracts
-    finally:
-        sys.path.remove(str(PLUGINS))
-    return option_contracts
+    return planted("option_contracts")
 
 
 def _judge(impl, dtype: str) -> Outcome:

@@ -9,6 +9,7 @@ import pytest
 from suite.cases import by_family
 from suite.oracle import oracle
 from suite.problem import InputError, Mask, Problem, seq_lens
+from tests.conftest import planted, run_catalog_case
 
 PACKED = by_family()["packed"]
 
@@ -76,25 +77,11 @@ def test_cross_shapes_cannot_be_packed():
 
 
 def _run(impl, name: str, dtype: str = "float64"):
-    from suite import catalog
-    from suite.check import Outcome
-
-    (case,) = [c for c in catalog.of_family("packed") if c.name == name]
-    return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,
-                                  "pass"))
+    return run_catalog_case(impl, "packed", name, dtype)
 
 
 def _planted():
-    import sys
-
-    from tests.conftest import PLUGINS
-
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import packed_planted
-    finally:
-        sys.path.remove(str(PLUGINS))
-    return packed_planted
+    return planted("packed_planted")
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])

@@ -4,24 +4,17 @@ both paths declare; a problem one path cannot take is left out, never failed."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
 from suite import contracts
 from suite.check import Outcome
 from suite.plugin import RELATIONS, Contract, Unsupported, check_interface
-from tests.conftest import PLUGINS
+from tests.conftest import planted
 
 
 def _plugins():
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import paths_planted
-    finally:
-        sys.path.remove(str(PLUGINS))
-    return paths_planted
+    return planted("paths_planted")
 
 
 def _judge(impl, dtype: str) -> Outcome:
