@@ -43,7 +43,7 @@ import transformers
 from implementations.torch_common import TorchModuleCore
 from suite import adapters
 from suite.plugin import Contract, Deviation, Unsupported
-from suite.problem import Problem
+from suite.problem import Problem, seq_lens
 from suite.variants import alibi_slopes
 
 # The attention implementations a name may use, as transformers spells them.
@@ -190,21 +190,20 @@ class HFModelCore(TorchModuleCore):
 
     def module_mask(self, problem: Problem, device: torch.device, dtype: torch.dtype
                     ) -> Dict[str, Any]:
-        """The model's own input: a 2-D attention_mask (B, S) of ones and zeros, or none."""
+        """The model's own input: a 2-D attention_mask (B, S) of ones and zeros, or none; a
+        packed row as padding-free training hands it over (positions restarting at each
+        sequence, no mask, no cache)."""
+        if problem.mask.segments is not None:
+            positions = [np.concatenate([np.arange(n) for n in lens])
+                         for lens in seq_lens(problem.mask.segments)]
+            return {"attention_mask": None, "problem": problem, "use_cache": False,
+                    "position_ids": torch.as_tensor(np.stack(positions), device=device)}
         if adapters.requested_form(problem):  # the form's (B, S) key padding, True = attend
             keep = adapters.form_mask(problem).key_padding
         else:
             lens = problem.mask.valid_lens
             keep = None if lens is None else np.arange(problem.S)[None, :] < np.asarray(
                 lens)[:, None]  # (B, S)
-        if problem.mask.segments is not None:  # padding-free: positions restart, no mask
-            seg = np.asarray(problem.mask.segments)
-            starts = np.maximum.accumulate(
-                np.where(np.diff(seg, axis=1, prepend=-1) != 0, np.arange(seg.shape[1]), 0),
-                axis=1)
-            return {"attention_mask": None, "problem": problem, "use_cache": False,
-                    "position_ids": torch.as_tensor(np.arange(seg.shape[1]) - starts,
-                                                    device=device)}
         if keep is None:
             return {"attention_mask": None, "problem": problem}
         return {"attention_mask": torch.as_tensor(keep.astype(np.int64), device=device),

@@ -22,6 +22,7 @@ from implementations.torch_common import ALL_LAYOUTS, SDPA_FULLY_MASKED_NAN, Tor
 from suite import cache, probes
 from suite.adapters import AttendMask
 from suite.plugin import Contract, Deviation, Unsupported
+from suite.problem import seq_lens
 
 
 def _has_gqa() -> bool:
@@ -116,7 +117,7 @@ class TorchSDPAJagged(TorchCore):
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         B, H, L, _ = q.shape
         seg = mask.segments if mask.segments is not None else np.zeros((B, L), np.int64)
-        lens = [n for row in seg for n in np.bincount(row)]
+        lens = [n for row in seq_lens(seg) for n in row]
         offsets = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), device=q.device)
 
         def jagged(x):  # (B, H, L, d) -> (sequences, H, j, d)

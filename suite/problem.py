@@ -233,6 +233,15 @@ class Problem:
 VARIANT_FIELDS = ("softcap", "alibi", "rel_bias", "score_mod", "sinks")
 
 
+def _no_position_variants(p: Problem, argument: str) -> None:
+    """No variant that reads a token's position (alibi, rel_bias, score_mod) beside
+    ``argument``, a form whose rows are not at positions 0..L-1 of one sequence."""
+    for name in ("alibi", "rel_bias", "score_mod"):
+        _expect(getattr(p, name) is None, argument,
+                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
+                f"{name} set")
+
+
 def _validate_steps(p: Problem) -> None:
     """``steps`` and ``cache_len``: a causal self-attention problem computed in chunks."""
     steps, L = p.steps, p.L
@@ -243,10 +252,7 @@ def _validate_steps(p: Problem) -> None:
     _expect(p.S == L and p.mask.causal and p.mask.query_offset is None, "steps",
             "a causal self-attention problem (L = S, no query_offset): a generating "
             "module's chunks", f"L={L}, S={p.S}, causal={p.mask.causal}")
-    for name in ("alibi", "rel_bias", "score_mod"):  # positions: a chunk's rows are later
-        _expect(getattr(p, name) is None, "steps",
-                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
-                f"{name} set")
+    _no_position_variants(p, "steps")  # a chunk's rows are later positions
     if p.cache_len is not None:
         _expect(_is_int(p.cache_len) and p.cache_len >= L, "cache_len",
                 f"an int >= L={L} (a static cache holds the whole sequence)", repr(p.cache_len))
@@ -265,10 +271,7 @@ def _validate_segments(p: Problem) -> None:
             f"row 0: {seg[0].tolist()}")
     _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
             "no query_offset or steps beside it yet", "decode or steps set")
-    for name in ("alibi", "rel_bias", "score_mod"):  # positions restart in each sequence
-        _expect(getattr(p, name) is None, "mask.segments",
-                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
-                f"{name} set")
+    _no_position_variants(p, "mask.segments")  # positions restart in each sequence
 
 
 def seq_lens(segments: np.ndarray) -> List[List[int]]:
@@ -336,10 +339,7 @@ def validate(p: Problem, finite: bool = True) -> None:
                 "a causal mask (causal=True, causal_align='top_left': the offset aligns it)",
                 f"causal={m.causal}, causal_align={m.causal_align!r}")
         # The position variants read the query's index; at an offset its position differs.
-        for name in ("alibi", "rel_bias", "score_mod"):
-            _expect(getattr(p, name) is None, "mask.query_offset",
-                    "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
-                    f"{name} set")
+        _no_position_variants(p, "mask.query_offset")
     if m.segments is not None:
         _validate_segments(p)
     if p.steps is not None or p.cache_len is not None:

@@ -49,12 +49,17 @@ def matrix_lines(records: List[dict], config=None) -> List[str]:
     for impl in sorted(rows):
         lines.append(impl.ljust(width) + "  " + "  ".join(
             cell(rows[impl][f]).ljust(w) for f, w in zip(families, widths)))
-    if config is not None:
-        unavailable = [e for e in Selection.from_config(config).entries(available_only=False)
-                       if not e.available]
-        for e in unavailable:
-            lines.append(f"{e.name.ljust(width)}  unavailable: {e.error}")
+    for e in _unavailable(config):
+        lines.append(f"{e.name.ljust(width)}  unavailable: {e.error}")
     return lines + outcome_lines(records)
+
+
+def _unavailable(config) -> list:
+    """The selected implementations not available here (none without a pytest config)."""
+    if config is None:
+        return []
+    return [e for e in Selection.from_config(config).entries(available_only=False)
+            if not e.available]
 
 
 def brief_lines(records: List[dict], config=None) -> List[str]:
@@ -68,13 +73,11 @@ def brief_lines(records: List[dict], config=None) -> List[str]:
              if counts.get(o)]
     lines = ["", f"conformance: {len(records)} cases of {len(impls)} implementations: "
                  + ", ".join(words) + " (the matrix, by family: the report)"]
-    if config is not None:
-        gone = [e.name for e in Selection.from_config(config).entries(available_only=False)
-                if not e.available]
-        if gone:
-            lines.append(f"not available here: {len(gone)} ({', '.join(gone[:6])}"
-                         + (f", +{len(gone) - 6} more" if len(gone) > 6 else "")
-                         + "; mha-suite list says why)")
+    gone = [e.name for e in _unavailable(config)]
+    if gone:
+        lines.append(f"not available here: {len(gone)} ({', '.join(gone[:6])}"
+                     + (f", +{len(gone) - 6} more" if len(gone) > 6 else "")
+                     + "; mha-suite list says why)")
     bad = {row_label(r) for r in records if r["outcome"] in
            (Outcome.FAIL.value, Outcome.ERROR.value, Outcome.FLAKY.value)}
     return lines + outcome_lines([r for r in records if row_label(r) in bad])
