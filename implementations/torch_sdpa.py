@@ -115,6 +115,9 @@ class TorchSDPAJagged(TorchCore):
     repeat_kv = True  # jagged matmuls take no broadcast over heads: GQA as repeated heads
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
+        if not hasattr(torch.nested, "nested_tensor_from_jagged"):  # older torch in range
+            raise Unsupported(f"torch {torch.__version__} has no "
+                              f"torch.nested.nested_tensor_from_jagged")
         B, H, L, _ = q.shape
         seg = mask.segments if mask.segments is not None else np.zeros((B, L), np.int64)
         lens = [n for row in seq_lens(seg) for n in row]

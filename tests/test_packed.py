@@ -103,3 +103,14 @@ def test_a_token_that_sees_another_sequence_fails(bug, passes):
     for c in PACKED:
         out = _run(impl, c.name, "float32")
         assert (out.outcome == "pass") == (c.name in passes), (c.name, out.outcome, out.reason)
+
+
+def test_jagged_sdpa_on_a_torch_without_jagged_tensors_is_unsupported_not_an_error(monkeypatch):
+    """torch>=2.2 is the declared range; a release without nested_tensor_from_jagged says so."""
+    torch = pytest.importorskip("torch")
+    from implementations.torch_sdpa import TorchSDPAJagged
+
+    assert _run(TorchSDPAJagged(), "docs", "float32").outcome == "pass"
+    monkeypatch.delattr(torch.nested, "nested_tensor_from_jagged")
+    out = _run(TorchSDPAJagged(), "docs", "float32")
+    assert out.outcome == "unsupported" and "nested_tensor_from_jagged" in out.reason, out.reason
