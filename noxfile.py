@@ -308,19 +308,17 @@ NEWEST = "newest"
 
 
 def declared_minimums(*extras: str) -> list:
-    """``name==lowest`` for every ``name>=lowest`` requirement of pyproject's ``extras``
+    """``name==lowest`` for every requirement of pyproject's ``extras`` with a ``>=`` bound
     (jaxlib pinned with jax), torch excepted: it stays on constraints/cpu.txt's CPU wheel."""
-    import re
+    from packaging.requirements import Requirement
 
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras_of = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
     pins = {}
     for extra in extras:
-        for req in project["optional-dependencies"][extra]:
-            m = re.match(r"^([A-Za-z0-9_.-]+)>=([0-9][^,;]*)", req)
-            if m and m.group(1) != "torch":
-                pins[m.group(1)] = m.group(2)
+        for req in map(Requirement, extras_of[extra]):
+            lowest = [spec.version for spec in req.specifier if spec.operator == ">="]
+            if lowest and req.name != "torch":
+                pins[req.name] = lowest[0]
     if "jax" in pins:
         pins["jaxlib"] = pins["jax"]
     return [f"{name}=={version}" for name, version in sorted(pins.items())]
@@ -357,12 +355,19 @@ def compat_pins(framework: str, version: str) -> List[str]:
 def compat_constraints(pins: List[str], out: Path) -> str:
     """constraints/cpu.txt less the lines about pinned distributions (its jax/flax caps would
     refuse an older pin; torch's CPU wheel stays), written to ``out``."""
-    import re
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
-    pinned = {p.split("==")[0] for p in pins}
+    def about(line: str) -> Optional[str]:
+        """The distribution a constraints line names (None: a comment, a blank or an option)."""
+        try:
+            return canonicalize_name(Requirement(line.split("#")[0].strip()).name)
+        except InvalidRequirement:
+            return None
+
+    pinned = {canonicalize_name(p.split("==")[0]) for p in pins}
     lines = [line for line in Path(CPU_CONSTRAINTS).read_text().splitlines()
-             if (m := re.match(r"^\s*([A-Za-z0-9_.-]+)", line)) is None
-             or m.group(1) not in pinned]
+             if about(line) not in pinned]
     out.write_text("\n".join(lines) + "\n")
     return str(out)
 
