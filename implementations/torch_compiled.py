@@ -11,8 +11,10 @@ dropped is kept in ``DROPPED``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
+import math
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -29,9 +31,10 @@ from implementations.torch_common import (
     zero_dead_values,
 )
 from implementations.torch_eager import TorchEager
-from suite import cache
+from suite import adapters, cache
 from suite.adapters import AttendMask
 from suite.plugin import VARIANT_FEATURES, Contract, Deviation
+from suite.problem import Problem
 
 cache.enable_compile_caches()  # inductor's graphs persist in the user's cache: compile once
 
@@ -184,9 +187,12 @@ class TorchFlex(CompiledPerShape, TorchCore):
     # Windows as a mask_mod given to create_block_mask (its block sparsity), not a dense mask.
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
     # Score variants through its score_mod (sinks and value widths are not FlexAttention's).
+    # The decode form and generation steps through a block mask that reads each batch's
+    # offset and cache length (``_decode_block_mask``), as FlexAttention's decoding users write
+    # it; steps against a static cache (a growing one would recompile at every step).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale", "softcap", "alibi", "rel_bias", "score_mod",
-                          "packed"})
+                          "packed", "decode", "steps", "static_cache"})
     deviations = {
         "nan_padding": Deviation(
             "confined", "NaN in a padded value position gives NaN rows: the masked weight is 0 "
@@ -237,8 +243,14 @@ class TorchFlex(CompiledPerShape, TorchCore):
                                                 q.device)
         elif mask.segments is not None:  # packed: the document mask its users write
             kw["block_mask"] = _document_block_mask(mask, q.shape[2], q.device)
-        if not mask.form_name and mask.bias is not None and (
-                mask.segments is None or mask.kinds - {"packed", "causal"}):
+        elif mask.query_offset is not None:  # decode: rows at each batch's offset in a cache
+            kw["block_mask"] = _decode_block_mask(mask, q.shape[2], k.shape[2], q.device)
+        # What the block mask holds; the rest of the mask (a window, a bias) is the score_mod's.
+        held = frozenset({"packed", "causal"}) if mask.segments is not None else \
+            frozenset({"decode", "causal"} | ({"valid_lens"} if _key_lengths(mask) is not None
+                                             else set())) \
+            if mask.query_offset is not None else frozenset()
+        if not mask.form_name and mask.bias is not None and (not held or mask.kinds - held):
             B, Hm, L, S = mask.bias.shape  # Hm is H or 1 (head-free mask)
             bias = mask.bias.reshape(-1)  # (B*Hm*L*S,)
             allowed = mask.allowed.expand(B, Hm, L, S).reshape(-1)  # (B*Hm*L*S,)
@@ -257,6 +269,35 @@ class TorchFlex(CompiledPerShape, TorchCore):
 
             kw["score_mod"] = score_mod
         return self._flex(q, k, v, **kw), None  # (B, H, L, D)
+
+    def attend_in_steps(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: AttendMask, p: Problem) -> torch.Tensor:
+        """The rows chunk by chunk (``p.steps``) as a FlexAttention decoding loop runs them: a
+        static cache of ``p.cache_len`` slots (of L where the problem's cache grows: one shape
+        for every step, where a growing cache recompiles at each), each chunk's rows the
+        decode form at offset ``start`` against the ``end`` slots written (the decode block
+        mask); a window stays in the score_mod. Heads (B, H, L, D)."""
+        static = dataclasses.replace(p, cache_len=p.cache_len or p.L)
+        B, slots = q.shape[0], static.cache_len
+
+        def empty(n: int):
+            return (k.new_zeros(k.shape[:2] + (n, k.shape[3])),
+                    v.new_zeros(v.shape[:2] + (n, v.shape[3])))
+
+        heads = []
+        for start, end, kc, vc in adapters.cached_chunks(static, k, v, empty, self.cache_append,
+                                                         self.cache_write):
+            n = end - start
+            allowed = mask.allowed.new_zeros(mask.allowed.shape[:2] + (n, slots))
+            allowed[..., :end] = mask.allowed[:, :, start:end, :end]  # (B, H|1, n, slots)
+            bias = mask.bias.new_full(mask.bias.shape[:2] + (n, slots), -math.inf)
+            bias[..., :end] = mask.bias[:, :, start:end, :end]  # (B, H|1, n, slots)
+            rows = mask.replace(bias=bias, allowed=allowed, causal_only=False,
+                                kinds=mask.kinds | {"decode", "valid_lens"},
+                                query_offset=np.full(B, start), valid_lens=np.full(B, end))
+            h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
+            heads.append(h)
+        return torch.cat(heads, dim=2)
 
 
 def _variant_mods(variants: Any, L: int, S: int) -> List[Any]:
@@ -317,6 +358,29 @@ def _form_block_mask(mask: AttendMask, B: int, L: int, S: int, device: torch.dev
 
     return create_block_mask(mask_mod, B if lens is not None else None, None, L, S,
                              device=str(device))
+
+
+def _key_lengths(mask: AttendMask) -> Optional[np.ndarray]:
+    """The key lengths (B,) of ``mask`` (a cache's fill), or None (none, or per query row)."""
+    lens = mask.valid_lens
+    return lens if lens is not None and lens.ndim == 1 else None
+
+
+def _decode_block_mask(mask: AttendMask, L: int, S: int, device: torch.device) -> Any:
+    """FlexAttention's ``BlockMask`` of the decode form, as its decoding users write one: row
+    q_idx of batch b sits at position offset[b] + q_idx of the cache and sees the keys up to
+    it (causal at the offset), below the cache's length where the problem has one."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = torch.as_tensor(mask.query_offset, device=device)  # (B,)
+    lens = _key_lengths(mask)
+    lens = None if lens is None else torch.as_tensor(lens, device=device)  # (B,)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        keep = kv_idx <= offset[b] + q_idx
+        return keep if lens is None else keep & (kv_idx < lens[b])
+
+    return create_block_mask(mask_mod, offset.shape[0], None, L, S, device=str(device))
 
 
 def _document_block_mask(mask: AttendMask, L: int, device: torch.device) -> Any:

@@ -394,6 +394,12 @@ class AttendMask:
     # ``bias``/``allowed``): for a kernel that packs natively (document masks, jagged
     # tensors, cumulative lengths); None for an unpacked problem.
     segments: Optional[np.ndarray] = None
+    # The decode form's per-batch positions, int (B,) NumPy (``Mask.query_offset``; already
+    # in ``bias``/``allowed``), and key lengths, int (B,) or (B, L) NumPy (``Mask.valid_lens``):
+    # for a kernel that takes a cache's offsets and lengths itself (a block mask reading
+    # them); None where the problem has none.
+    query_offset: Optional[np.ndarray] = None
+    valid_lens: Optional[np.ndarray] = None
 
     def replace(self, **arrays: Any) -> AttendMask:
         return dataclasses.replace(self, **arrays)
@@ -447,7 +453,8 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
     return AttendMask(put_float(parts.additive()), put_bool(parts.allowed()),
                       None if dead is None else put_bool(dead), m.kinds == {"causal"},
                       m.kinds, m.causal_align, form_name, form, variants,
-                      None if m.segments is None else np.asarray(m.segments, np.int64))
+                      *(None if a is None else np.asarray(a, np.int64)
+                        for a in (m.segments, m.query_offset, m.valid_lens)))
 
 
 # ------------------------------------------------------------------------- mask forms
