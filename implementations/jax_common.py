@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -175,7 +175,43 @@ class JaxCore(_Compiled):
         """q (B, H, L, D), k/v (B, H, S, D) -> (heads (B, H, L, D), weights or None)."""
         raise NotImplementedError
 
-    def forward(self, x: Dict[str, Any], mask: AttendMask, shape: Tuple, scale: float):
+    def attend_in_steps(self, q, k, v, mask: AttendMask, p: Problem):
+        """The rows chunk by chunk (``p.steps``, feature ``steps``), each chunk's keys and
+        values put in a cache first (appended, or written into a static cache of
+        ``p.cache_len`` slots) and its rows given to ``attend_chunk`` with the cache and the
+        mask's rows over it (slots not yet written masked): heads (B, H, L, D)."""
+        def empty(slots: int):
+            return (jnp.zeros(k.shape[:2] + (slots, k.shape[3]), k.dtype),
+                    jnp.zeros(v.shape[:2] + (slots, v.shape[3]), v.dtype))
+
+        def append(kc, vc, ks, vs):
+            return jnp.concatenate([kc, ks], axis=2), jnp.concatenate([vc, vs], axis=2)
+
+        def write(kc, vc, ks, vs, start: int):
+            end = start + ks.shape[2]
+            return kc.at[:, :, start:end].set(ks), vc.at[:, :, start:end].set(vs)
+
+        heads = []
+        for start, end, kc, vc in adapters.cached_chunks(p, k, v, empty, append, write):
+            slots = kc.shape[2]
+            allowed = jnp.zeros(mask.allowed.shape[:2] + (end - start, slots), bool)
+            allowed = allowed.at[..., :end].set(mask.allowed[:, :, start:end, :end])
+            bias = jnp.full(mask.bias.shape[:2] + (end - start, slots), -jnp.inf,
+                            mask.bias.dtype).at[..., :end].set(mask.bias[:, :, start:end, :end])
+            dead = ~allowed.any(axis=-2)[..., None]  # (B, H|1, slots, 1)
+            rows = mask.replace(bias=bias, allowed=allowed, dead_keys=dead, causal_only=False)
+            heads.append(self.attend_chunk(q[:, :, start:end], kc, vc, rows,
+                                           p.effective_scale, start, end))
+        return jnp.concatenate(heads, axis=2)  # (B, H, L, D)
+
+    def attend_chunk(self, q, k, v, mask: AttendMask, scale: float, start: int, end: int):
+        """One chunk of ``attend_in_steps``: rows start..end-1 (q (B, H, n, D)) against a cache
+        (k, v (B, H|K, slots, D)) whose first ``end`` slots are written; ``mask`` holds those
+        rows over the cache. Default: ``attend`` with that mask. -> heads (B, H, n, D)."""
+        return self.attend(q, k, v, mask, scale, False)[0]
+
+    def forward(self, x: Dict[str, Any], mask: AttendMask, shape: Tuple, scale: float,
+                problem: Optional[Problem] = None):
         B, L, S, H, K, D = shape
 
         def proj(inp, w, b):
@@ -188,7 +224,10 @@ class JaxCore(_Compiled):
         if self.repeat_kv and K != H:  # query head h reads kv head h // (H // K)
             k = jnp.repeat(k, H // K, axis=1)  # (B, H, S, D)
             v = jnp.repeat(v, H // K, axis=1)  # (B, H, S, D)
-        heads, _ = self.attend(q, k, v, mask, scale, False)  # (B, H, L, D)
+        if problem is not None and problem.steps is not None:  # chunk by chunk, a cache
+            heads = self.attend_in_steps(q, k, v, mask, problem)  # (B, H, L, D)
+        else:
+            heads, _ = self.attend(q, k, v, mask, scale, False)  # (B, H, L, D)
         concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
         return proj(concat, x["w_o"], x["b_o"])  # (B, L, E)
 
@@ -219,11 +258,12 @@ class JaxCore(_Compiled):
         def fwd(x, dyn):
             m = AttendMask(**dyn, **static)
             return self.forward(x, m.replace(form=m.form._replace(**dict(form_static)))
-                                if form_static else m, shape, scale)
+                                if form_static else m, shape, scale, p)
 
         # With gradients: forward + backward of sum(out * g) w.r.t. the inputs and weights x.
         fn, args = (with_vjp(fwd, (0,)), (x, dyn_mask, g)) if grad else (fwd, (x, dyn_mask))
-        key = (type(self), device, dtype, shape, scale, grad, tuple(sorted(static["kinds"])),
+        key = (type(self), device, dtype, shape, p.steps, p.cache_len, scale, grad,
+               tuple(sorted(static["kinds"])),
                static["causal_align"], static["form_name"], form_static,
                tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())
                      if k != "form"),

@@ -1,21 +1,41 @@
 """jax.nn: ``jax.nn.dot_product_attention`` (layout (B, T, N, H)), and its cudnn variant.
 
-The canonical mask goes in as its ``mask`` (True = attend, like ours) plus ``bias``;
-top-left causal alone uses ``is_causal``. GQA is native: it takes K kv heads.
+The canonical mask goes in as its users call it: key padding (B,) as
+``key_value_seq_lengths``, beside ``is_causal`` (top left: query i sees keys j <= i) or a
+boolean ``mask`` for the rest (``LENGTH_FORMS``); a mask with no key padding, or with a
+bias, as its ``mask`` (True = attend, like ours) plus ``bias``; top-left causal alone as
+``is_causal``. GQA is native: it takes K kv heads.
+
+Inference forms. A decode step (one row at its offset in a cache) is the cache's length:
+the row sees keys j <= offset, so ``key_value_seq_lengths`` = min(length, offset + 1) says
+it all. Rows at an offset (a few rows, a chunk of prefill) have no argument of their own:
+``is_causal`` and ``local_window_size`` are aligned at query 0 and take no offset, so the
+causality at the offset (and a window) goes in as ``mask`` beside the lengths, as a user
+builds it from positions. Generation steps (``steps``) run against a cache the adapter keeps
+(appended, or a static one with ``key_value_seq_lengths`` = the slots written), each step's
+rows called as above; the prefill takes ``is_causal`` (and a window form's
+``local_window_size``). A packed batch has no argument either (no segment ids): its
+block-diagonal ``mask``, as Flax's ``make_attention_mask`` builds it. ``query_seq_lengths``
+is never chosen here: no problem says its rows are padding (a row without keys is the mask's
+doing, and what the library answers there is the measurement, ``fully_masked_rows``); the
+mask_forms family reaches it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from implementations.jax_common import JaxCore, gpu_count, tf32_on_gpu
 from suite import adapters, cache, probes
-from suite.plugin import Deviation, Unavailable
+from suite.plugin import Deviation, Unavailable, Unsupported
+from suite.problem import Problem
 
 # Mask forms jax.nn.dot_product_attention takes: ``mask`` and ``bias`` broadcastable to
 # (B, N, T, S) (fewer than 4 dimensions are expanded on the left), is_causal beside them,
@@ -52,9 +72,43 @@ def forms_taken(params: frozenset) -> frozenset:
                             for part in adapters.form_parts(f) if part in FORM_KEYWORDS))
 
 
+# The forms a problem with key lengths (B,) goes in as outside the mask_forms family, the
+# first that expresses it: the lengths alone, beside is_causal, beside a boolean mask.
+LENGTH_FORMS = ("kv_lengths", "causal_flag+kv_lengths", "kv_lengths+bool_B1LS")
+
+
+def as_lengths(problem: Problem, taken: frozenset) -> Optional[Problem]:
+    """``problem`` asking for the first of ``LENGTH_FORMS`` in ``taken`` that expresses it,
+    its key padding as ``key_value_seq_lengths``; a decode step (one row at each batch's
+    offset) as the cache's length min(length, offset + 1). None: no key lengths (B,), or
+    no such form holds the rest of its mask (a bias, a mask that varies over heads)."""
+    m = problem.mask
+    lens = m.valid_lens
+    if lens is not None and np.ndim(lens) != 1:
+        return None
+    if m.query_offset is not None and problem.L == 1:  # the row sees keys j <= offset
+        upto = np.asarray(m.query_offset) + 1
+        lens = upto if lens is None else np.minimum(lens, upto)
+        problem = dataclasses.replace(problem, mask=dataclasses.replace(
+            m, valid_lens=lens, causal=False, query_offset=None))
+    if lens is None:
+        return None
+    for form in LENGTH_FORMS:
+        if form in taken:
+            try:
+                adapters.form_mask(problem, form)
+            except Unsupported:  # the rest of the mask has no place in this form
+                continue
+            return adapters.with_form(problem, form)
+    return None
+
+
 class JaxNN(JaxCore):
     name = "jax.nn"
     repeat_kv = False
+    # Inference forms (module docstring): offsets and packed rows through its mask, key
+    # lengths and caches through key_value_seq_lengths.
+    features = JaxCore.features | {"decode", "packed", "steps", "static_cache"}
     implementation = None  # let jax choose ("xla" on CPU)
     mask_forms = forms_taken(keywords())
     deviations = {
@@ -87,6 +141,33 @@ class JaxNN(JaxCore):
 
     def dtypes(self, device: str) -> Sequence[str]:
         return [t for t in super().dtypes(device) if _usable(device, t, self.implementation)]
+
+    def prepare(self, problem: Problem, device: str, dtype: str, **kw):
+        # Key lengths as its lengths argument, unless the mask_forms family asks for a form.
+        if adapters.requested_form(problem) is None and problem.steps is None:
+            problem = as_lengths(problem, self.mask_forms) or problem
+        return super().prepare(problem, device, dtype, **kw)
+
+    def attend_chunk(self, q, k, v, mask, scale, start, end):
+        """One generation step (``attend_in_steps``) as a jax.nn user calls it: a static
+        cache's written slots as ``key_value_seq_lengths``; the prefill (start 0) with
+        ``is_causal`` (and a window form's ``local_window_size``); rows at an offset, or a
+        window past the prefill, with the rows' ``mask`` (neither flag takes an offset); a
+        single row sees every slot written (the lengths alone)."""
+        q, k, v = q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)  # (B, n|slots, H|K, D)
+        B, n, slots = q.shape[0], q.shape[1], k.shape[1]
+        kw = {"scale": scale, "implementation": self.implementation}
+        if slots > end:  # a static cache: the slots written so far
+            kw["key_value_seq_lengths"] = jnp.full((B,), end, jnp.int32)
+        window = mask.form.window if mask.form_name else None
+        if start == 0 and window is not None:  # the prefill, its window as its sizes
+            kw.update(is_causal=True, local_window_size=window)
+        elif "bool_mask" in mask.kinds or (n > 1 and start > 0):
+            kw["mask"] = mask.allowed  # (B, 1, n, slots): causal at the offset, the window
+        elif n > 1:
+            kw["is_causal"] = True  # the prefill: top left is its positions
+        out = jax.nn.dot_product_attention(q, k, v, **kw)  # (B, n, H, D)
+        return out.swapaxes(1, 2)  # (B, H, n, D)
 
     def attend(self, q, k, v, mask, scale, need_weights):
         # Values go in untouched: what the library does with NaN padding is the measurement.
@@ -126,9 +207,11 @@ def _form_call(q, k, v, mask, kw):
 class JaxNNCudnn(JaxNN):
     name = "jax.nn[cudnn]"
     implementation = "cudnn"
-    features = JaxNN.features - {"bool_mask", "valid_lens", "causal_bottom_right", "grad"}
+    features = JaxNN.features - {"bool_mask", "valid_lens", "causal_bottom_right", "grad",
+                                 "decode", "packed", "steps", "static_cache"}
     # cudnn takes no boolean mask, and a window only as a left size beside causal
     # (local_window_size's right side must be 0 without it): not declared, unverified here.
+    # Its sequence lengths (a padding mask type) would take a decode step; unverified too.
     mask_forms = frozenset({"causal_flag"})
 
     def devices(self) -> List[str]:
