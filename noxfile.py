@@ -272,7 +272,7 @@ def manual(session: nox.Session, steps: Steps) -> None:
 # one. torch stays constraints/cpu.txt's CPU wheel. Each run writes its own results file,
 # RESULTS/compat/<framework>-<installed versions>/conformance*.json, which
 # `mha-suite report RESULTS/compat` merges (its "versions" table: outcomes per library version).
-COMPAT_KNOWN = str(ROOT / "suite" / "conformance" / "known_failures_compat.txt")
+COMPAT_KNOWN = str(ROOT / "suite" / "conformance" / "known_failures_compat.toml")
 
 
 @dataclasses.dataclass(frozen=True)

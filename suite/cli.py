@@ -169,12 +169,12 @@ def preflight_check(args: argparse.Namespace) -> None:
         raise CLIError("--sample and --cover: expected one selection, got both (--sample is "
                        "the main job's, --cover CI's)")
     if getattr(args, "known_failures", None):
-        from suite.conformance_session import KnownFailuresError, read_known_failures
+        from suite.conformance.known_failures import KnownFailuresError, read_known_failures
 
         try:
             read_known_failures(args.known_failures)
         except KnownFailuresError as exc:
-            raise CLIError(str(exc)) from None
+            raise CLIError(f"--known-failures: {exc}") from None
     if getattr(args, "json", None):
         records.check_writable(args.json, "--json", kind="conformance")
 

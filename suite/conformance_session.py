@@ -10,6 +10,7 @@ so never loads that conftest); outcomes travel from workers in each report's
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import os
 import re
@@ -234,6 +235,7 @@ class ConformanceSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
 
+    @pytest.hookimpl(trylast=True)  # after -k and -m: the sample and shard see what they leave
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: List[pytest.Item]) -> None:
         """An implementation's cases of one family form one xdist group (``--dist loadgroup``
@@ -248,6 +250,8 @@ class ConformanceSession:
         if config.getoption("--sample") or config.getoption("--cover"):
             self.take_sample(config, items, cover=config.getoption("--cover"))
             contracts.SAMPLED = True  # a compiler's agreement: half its problems
+        if config.getoption("--shard"):
+            self.take_shard(config, items)
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
@@ -264,6 +268,38 @@ class ConformanceSession:
                                                           style="red"))
         self.bar.start()
         self.task = self.bar.add_task("", total=len(items), failed=0)
+
+    def take_shard(self, config: pytest.Config, items: List[pytest.Item]) -> None:
+        """Deselect the cases of the other parts of ``--shard i/n`` (suite.shard): its unit
+        is one implementation's cases of one family (or test, outside the families) on one
+        device in one dtype. A part with no unit stops the run before any case, in one line."""
+        from suite import shard
+        from suite.problem import InputError
+
+        try:
+            index, count = shard.parse(config.getoption("--shard"))
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+        def unit(item: pytest.Item) -> Tuple[str, ...]:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            target = params.get("target")
+            if not isinstance(target, tuple):
+                return ("", "", "", item.originalname)
+            entry, device, dtype = target
+            return (entry.name, device, dtype, family(item) or item.originalname)
+
+        units = [unit(it) for it in items]
+        try:
+            shard.check_has_work(units, index, count,
+                                 "an implementation's family on one device and dtype")
+        except InputError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        chosen = shard.select(units, index, count)
+        dropped = [it for it, u in zip(items, units) if u not in chosen]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [it for it, u in zip(items, units) if u in chosen]
 
     def take_sample(self, config: pytest.Config, items: List[pytest.Item],
                     cover: bool = False) -> None:
@@ -374,9 +410,9 @@ class ConformanceSession:
         return out
 
     def narrowed(self) -> bool:
-        """True for a run narrowed by -k, --impl, --device or --dtype."""
+        """True for a run narrowed by -k, --impl, --device, --dtype or --shard."""
         return bool(self.config.option.keyword or any(
-            self.config.getoption(o) for o in ("--impl", "--device", "--dtype")))
+            self.config.getoption(o) for o in ("--impl", "--device", "--dtype", "--shard")))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """--strict-declarations: a stale or wrong declaration fails the run (exit 1)."""

@@ -13,7 +13,7 @@ and every run):
    one of its dtypes in turn (case i in dtype i mod n), so every key length around one and
    two SIMD vectors meets each implementation once (a per-shape compiler or an interpreted
    kernel: the sample's three, under one vector, past one and past two AVX2 vectors);
-3. every known-failure entry (``known_failures.txt`` and ``--known-failures``) at least
+3. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
    ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
    so an entry that no longer holds fails the run under ``--strict-declarations``.
 

@@ -1,8 +1,9 @@
 """Known library behaviours that follow the behaviour, not a test id.
 
-A known failure listed by test id (``suite/conformance/known_failures.txt``) covers the cases
-it names. A library bug shows wherever its conditions meet, in built-ins and in the plugins
-users write around the same library: a ``KnownBehaviour`` says which behaviour (a key of
+A known failure listed by test id (a record of ``suite/conformance/known_failures.toml``,
+read by ``suite.conformance.known_failures``) covers the cases it names. A library bug shows
+wherever its conditions meet, in built-ins and in the plugins users write around the same
+library: a ``KnownBehaviour`` says which behaviour (a key of
 ``suite.plugin.POLICIES``) the library shows, with which policy, in which array library, and
 where (``suite.where.Where``: versions, instruction-set level, device, and the problems that
 show it). A case that fails the spec is a *known failure* when the behaviour's conditions hold
@@ -93,7 +94,7 @@ KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = (
         upstream="https://github.com/pytorch/pytorch/issues/141128",
         # only calls that reach the kernel without a mask: not a model's eager path (matmuls
         # and a softmax) nor compiled FlexAttention (inductor's code: its own NaN-row
-        # behaviour, at every key length, is listed in known_failures.txt)
+        # behaviour, at every key length, is listed in known_failures.toml)
         kernel="aten::_scaled_dot_product_flash_attention_for_cpu", kernel_when=_no_attn_mask),
 )
 

@@ -141,15 +141,13 @@ def test_each_session_writes_its_own_results_file(noxfile, tmp_path, framework, 
 
 def test_every_compat_known_failure_says_where_it_holds():
     # Known failures at old versions must not hide a bug in another: each is keyed by version.
-    from suite.where import split_line
+    from suite.conformance.known_failures import read_records
 
-    text = (ROOT / "suite" / "conformance" / "known_failures_compat.txt").read_text()
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    assert lines
-    for line in lines:
-        glob, where, reason = split_line(line)
-        assert where is not None and where.versions, line
-        assert reason and re.search(r"\d+\.\d+", reason), line  # the measured version
+    records = read_records(ROOT / "suite" / "conformance" / "known_failures_compat.toml")
+    assert records
+    for r in records:
+        assert r.condition is not None and r.condition.versions, r.name
+        assert re.search(r"\d+\.\d+", r.versions), r.name  # the measured version
 
 
 def test_jax_nn_declares_the_forms_its_installed_signature_takes(monkeypatch):

@@ -1,0 +1,170 @@
+"""Known failures as records (suite/conformance/known_failures.py): the loader's one-line
+errors, the test ids a record lists, and the short form users keep for their own files."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from suite.conformance.known_failures import (
+    KNOWN_FAILURES_COMPAT_FILE,
+    KNOWN_FAILURES_FILE,
+    KnownFailuresError,
+    catalogue_tests,
+    read_known_failures,
+    read_records,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICES = ("cpu", "cpu-interpret", "cuda", "cuda:1")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+GOOD = """
+[[failure]]
+name = "planted"
+implementation = "mine.kernel[fast]"
+device = "cpu"
+dtype = ["float16", "bfloat16"]
+cases = ["masking/fully_masked_*", "test_random_shapes"]
+condition = "torch>=2.4,<2.5; isa=avx2"
+kind = "bug"
+library = "torch"
+versions = "torch 2.4.1"
+upstream = "https://github.com/pytorch/pytorch/issues/1"
+reproducer = "docs/repro/x/"
+reason = "a planted bug"
+"""
+
+
+def _write(tmp_path, text: str, name: str = "mine.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _universe() -> list:
+    """Every test id of the catalogue: each built-in name (the CUDA-only variants too), each
+    device and dtype, each test (a contract under every name a built-in declares)."""
+    from suite import contracts, registry
+
+    reg = registry.build(builtins=True, entry_points=False, env={})
+    names = set(reg.entries) | {"torch.sdpa[cudnn]", "torch.sdpa[efficient]", "jax.nn[cudnn]"}
+    declared = {"other"} | {c.name for e in reg.entries.values() if e.impl is not None
+                            for c in contracts.cases_of(e.impl)}
+    tests = [(fn, f"contracts/{c}") for fn, p in catalogue_tests() if p == "contracts/*"
+             for c in sorted(declared)] + [t for t in catalogue_tests() if t[1] != "contracts/*"]
+    return [f"{fn}[{n}-{d}-{t}" + (f"-{p}]" if p else "]")
+            for n in sorted(names) for d in DEVICES for t in DTYPES for fn, p in tests]
+
+
+def _listed(path, ids) -> list:
+    """(ids an entry lists, its condition) of each entry of a file, in order."""
+    out = []
+    for glob, entry in read_known_failures([path]).items():
+        rx = re.compile(fnmatch.translate(glob))
+        out.append((frozenset(i for i in ids if rx.match(i)),
+                    entry.where.text() if entry.where else None))
+    return out
+
+
+@pytest.mark.parametrize("old,new", [("known_failures.txt", KNOWN_FAILURES_FILE),
+                                     ("known_failures_compat.txt", KNOWN_FAILURES_COMPAT_FILE)])
+def test_the_records_list_the_ids_of_the_lines_they_replace(old, new):
+    # Once, while both exist: the same ids entry for entry, with the same condition (so
+    # strict-declarations staleness, {intermittent} and the covering selection, which work
+    # per entry, are unchanged), and each id's first entry holds where the line's held.
+    ids = _universe()
+    before = _listed(ROOT / "suite" / "conformance" / old, ids)
+    after = _listed(new, ids)
+    assert Counter(before) == Counter(after)
+    first_before, first_after = {}, {}
+    for entries, first in ((before, first_before), (after, first_after)):
+        for listed, where in entries:
+            for i in listed:
+                first.setdefault(i, where)
+    assert first_before == first_after and len(first_before) > 100
+    assert all(listed for listed, _ in before)
+
+
+def test_a_record_lists_its_implementation_x_device_x_dtype_x_cases(tmp_path):
+    (record,) = read_records(_write(tmp_path, GOOD))
+    globs = record.test_globs()
+    assert len(globs) == 4
+    ids = {"test_case[mine.kernel[fast]-cpu-float16-masking/fully_masked_valid_lens]": True,
+           "test_random_shapes[mine.kernel[fast]-cpu-bfloat16]": True,
+           "test_case[mine.kernel[fast]-cpu-float32-masking/fully_masked_valid_lens]": False,
+           "test_case[mine.kernel-cpu-float16-masking/fully_masked_valid_lens]": False,
+           "test_case[mine.kernel[fast]-cpu-interpret-float16-masking/none]": False,
+           "test_random_shapes[mine.kernel[fast]-cuda-bfloat16]": False}
+    for test, listed in ids.items():
+        assert any(fnmatch.fnmatchcase(test, g) for g in globs) is listed, test
+    assert record.condition.text() == "torch>=2.4,<2.5; isa=avx2"
+    shown = read_known_failures([tmp_path / "mine.toml"])[globs[0]].reason
+    assert shown.startswith("a planted bug; reproducer docs/repro/x/; upstream https://")
+    assert shown.endswith("[where torch>=2.4,<2.5; isa=avx2]")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (("reason = \"a planted bug\"", "reason = \"a planted bug\"\nwhy = \"x\""),
+     "unknown field(s) why; known: name, implementation"),
+    (("kind = \"bug\"\n", ""), "missing required field(s) kind"),
+    (("torch>=2.4,<2.5; isa=avx2", "torch>=2.4,<2.5; isa=avx3"), "condition: isa: unknown"),
+    (("torch>=2.4,<2.5", "torch=>2.4"), "condition: version condition torch=>2.4: expected"),
+    (("torch>=2.4,<2.5; isa=avx2", "torch 2.4"), "condition: condition 'torch 2.4': expected"),
+    (("masking/fully_masked_*", "masking/no_such_case"),
+     "cases: masking/no_such_case matches no case of the catalogue"),
+    (("test_random_shapes", "test_no_such_test"),
+     "cases: test_no_such_test matches no case of the catalogue"),
+    (("kind = \"bug\"", "kind = \"feature\""), "kind: expected one of bug, behaviour"),
+    (("dtype = [\"float16\", \"bfloat16\"]", "dtype = \"float8\""), "dtype: float8 matches none"),
+    (("device = \"cpu\"", "device = \"tpu\""), "device: tpu matches none"),
+    (("cases = [\"masking/fully_masked_*\", \"test_random_shapes\"]", "cases = []"),
+     "cases: expected a string or a non-empty list of strings"),
+    (("reason = \"a planted bug\"", "reason = \"\"\"two\nlines\"\"\""), "reason: expected one line"),
+])
+def test_a_wrong_record_is_one_line_naming_the_file_and_the_record(tmp_path, edit, needle):
+    path = _write(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(KnownFailuresError) as info:
+        read_records(path)
+    message = str(info.value)
+    assert needle in message, message
+    assert "\n" not in message and message.startswith(f"{path}, record 1 (planted): ")
+
+
+def test_a_file_that_is_not_records_is_one_line(tmp_path):
+    for text, needle in (("[[failure]\n", "not valid TOML"),
+                         ("[other]\nx = 1\n", "unknown table(s) other"),
+                         (GOOD + GOOD, "record 2 (planted): name already used by record 1")):
+        with pytest.raises(KnownFailuresError) as info:
+            read_records(_write(tmp_path, text))
+        assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_short_form_is_read_and_a_malformed_line_is_one_line(tmp_path):
+    good = _write(tmp_path, "# mine\ntest_case[[]mine-cpu-*-masking/none[]]  {torch<2.5}  "
+                            "# planted\n\n", "mine.txt")
+    (entry,) = read_known_failures([good]).values()
+    assert entry.reason == "planted [where torch<2.5]" and entry.record is None
+    for line, needle in (("test_case[[]mine-cpu-*[]] {torch<2.5  # unclosed", "expected TEST_ID"),
+                         ("test_case[[]mine-cpu-*[]] {isa=avx3}  # bad", "unknown level")):
+        bad = _write(tmp_path, f"# mine\n{line}\n", "bad.txt")
+        with pytest.raises(KnownFailuresError) as info:
+            read_known_failures([bad])
+        assert str(info.value).startswith(f"{bad}, line 2: ") and needle in str(info.value)
+        assert "\n" not in str(info.value)
+
+
+def test_the_suites_records_are_complete():
+    for path in (KNOWN_FAILURES_FILE, KNOWN_FAILURES_COMPAT_FILE):
+        records = read_records(path)
+        assert records
+        for r in records:
+            assert r.library and r.versions and len(r.reason) <= 170, r.name
+            assert not r.reproducer or (ROOT / r.reproducer).is_dir(), r.name
+            assert not r.upstream or r.upstream.startswith("https://github.com/"), r.name
+    # the version matrix's records each hold at versions, so one release hides nothing in another
+    assert all(r.condition is not None and r.condition.versions
+               for r in read_records(KNOWN_FAILURES_COMPAT_FILE))
