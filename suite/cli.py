@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from suite import registry
+from suite import registry, shard
 from suite.plugin import declared
 from suite.problem import InputError
 from suite.records import ResultsError
@@ -129,6 +129,8 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
         out += ["--hypothesis-examples", str(args.hypothesis_examples)]
     if getattr(args, "sample", False):
         out.append("--sample")
+    if getattr(args, "shard", None):
+        out += ["--shard", "{}/{}".format(*args.shard)]
     for flag in ("cover", "strict_declarations"):
         if getattr(args, flag, False):
             out.append(f"--{flag.replace('_', '-')}")
@@ -482,6 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict-declarations", action="store_true",
                    help="fail where a known-failure entry or a known library behaviour held "
                         "and no case needed it (stale or wrong), not only warn")
+    p.add_argument("--shard", type=shard.parse, default=None, metavar="I/N",
+                   help="run part I of N (1-based) of the selected cases, one per machine, "
+                        "same install and arguments, a results file each (--json); the report "
+                        "reads the parts together (see suite/shard.py)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")

@@ -22,10 +22,15 @@ from typing import Dict, List, Optional, Set, Tuple
 import pytest
 
 from suite import contracts
+from suite.conformance.known_failures import (
+    KNOWN_FAILURES_FILE,
+    KnownFailuresError,
+    Listed,
+    read_known_failures,
+)
 from suite.plugin import builtin_ancestors
 from suite.selection import Selection
 
-KNOWN_FILE = os.path.join(os.path.dirname(__file__), "conformance", "known_failures.txt")
 PLUGIN_NAME = "mha_suite_conformance_session"
 SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
 # Family of the tests whose outcome names no family through a ``case`` parameter.
@@ -60,52 +65,6 @@ def crash_record(nodeid: str, said: str) -> Optional[dict]:
     return out.classify("error", f"{said.splitlines()[0] if said else 'crashed'}: the process "
                                  f"running it died (a crash in the library, such as a "
                                  f"segfault); the run went on without it").record()
-
-
-class KnownFailuresError(ValueError):
-    """A --known-failures file that cannot be read (one line naming it)."""
-
-
-def read_known_failures(paths) -> Dict[str, str]:
-    """{test id glob: reason} from plain text files: one id a line, optionally where it holds
-    between braces (``{torch<2.5; isa=avx512}``, ``suite.where``), '#' then the reason. The
-    reason of a line with a condition ends with ``[where ...]``."""
-    return {pattern: reason for pattern, (reason, _where) in _read(paths).items()}
-
-
-def _read(paths) -> Dict[str, tuple]:
-    """{test id glob: (reason, suite.where.Where or None)} of the files."""
-    from suite.where import WhereError, split_line
-
-    out = {}
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except IsADirectoryError:
-            raise KnownFailuresError(f"--known-failures: expected a text file, got the "
-                                     f"folder {path}") from None
-        except FileNotFoundError:
-            raise KnownFailuresError(f"--known-failures: expected a text file, got {path}, "
-                                     "which does not exist") from None
-        except UnicodeDecodeError:
-            raise KnownFailuresError(f"--known-failures: expected a UTF-8 text file, got "
-                                     f"binary data in {path}") from None
-        except OSError as exc:
-            raise KnownFailuresError(f"--known-failures: cannot read {path}: "
-                                     f"{exc.strerror}") from None
-        for number, line in enumerate(lines, 1):
-            try:
-                pattern, where, reason = split_line(line)
-            except WhereError as exc:
-                raise KnownFailuresError(f"--known-failures: {path}, line {number}: "
-                                         f"{exc}") from None
-            if pattern:
-                reason = reason or "listed in " + str(path)
-                if where is not None:
-                    reason += f" [where {where.text()}]"
-                out[pattern] = (reason, where)
-    return out
 
 
 def family(item: pytest.Item) -> Optional[str]:
@@ -144,11 +103,11 @@ class ConformanceSession:
         self.selection = Selection.from_config(config)
         extra = config.getoption("--known-failures") or []
         try:
-            entries = _read([KNOWN_FILE, *extra])
+            self.entries: Dict[str, Listed] = read_known_failures([KNOWN_FAILURES_FILE, *extra])
         except KnownFailuresError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        self.known: Dict[str, str] = {p: reason for p, (reason, _) in entries.items()}
-        self.conditions = {p: where for p, (_, where) in entries.items()}
+            raise pytest.UsageError(f"--known-failures: {exc}") from None
+        self.known: Dict[str, str] = {g: e.reason for g, e in self.entries.items()}
+        self.conditions = {g: e.where for g, e in self.entries.items()}
         self.records: List[dict] = []
         self.used: Set[str] = set()
         self.needed: Set[str] = set()
@@ -400,7 +359,8 @@ class ConformanceSession:
 
         if not self.config.getoption("--strict-declarations") or self.interrupted:
             return []
-        out = [f"error: known failure {pattern!r} lists {test}, which passed here (held "
+        out = [f"error: known failure {self.entries[pattern].label()} lists {test}, which "
+               "passed here (held "
                "nowhere it was needed: narrow or remove the entry)"
                for pattern, test in sorted(self.passed.items()) if pattern not in self.needed
                and not getattr(self.conditions.get(pattern), "intermittent", False)]
@@ -444,7 +404,8 @@ class ConformanceSession:
             if where is not None and not any(where.holds(d, i) for d, i in envs):
                 continue  # its condition held nowhere here (another device, level, CPU, version)
             if self.targets() and not filtered and not self.interrupted:
-                terminalreporter.write_line(f"warning: known failure {pattern!r} matched no test")
+                terminalreporter.write_line(f"warning: known failure "
+                                            f"{self.entries[pattern].label()} matched no test")
         for line in stale_lines(self.records, config, self.left):
             terminalreporter.write_line(line)
         errors = self.declaration_errors()

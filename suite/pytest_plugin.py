@@ -39,6 +39,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run CI's covering selection of the cases (suite.cover): the main "
                          "job's sample, every lane length once per implementation, and cases "
                          "named by every known-failure entry; what it leaves is counted")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run part I of N of the selected cases (1-based; units of one "
+                         "implementation's family on one device and dtype, dealt round-robin: "
+                         "suite.shard); one results file per part, the report reads them all")
     group.addoption("--brief-summary", action="store_true", default=False,
                     help="after the run, totals per outcome and the implementations with a "
                          "failure or error only (the matrix is the report's; the main job)")

@@ -42,3 +42,37 @@ def test_two_shards_write_two_files_that_together_hold_the_sweep(cli, tmp_path):
         assert doc["machine_info"]["mha_suite"]["shard"] == [int(i), int(n)]
         impls.append({b["extra_info"]["impl"] for b in doc["benchmarks"]})
     assert impls == [{"numpy"}, {"numpy.flash"}]
+
+
+CHECK = ["check", "--impl", "numpy", "--impl", "numpy.flash", "--dtype", "float32",
+         "-k", "masking/ or properties", "--workers", "0", "--no-progress"]
+
+
+def _ids(path):
+    return {r["test_id"] for r in json.loads(path.read_text())["results"]}
+
+
+def test_the_parts_of_a_check_hold_its_cases_once(cli, tmp_path):
+    whole = cli(*CHECK, "--json", str(tmp_path / "whole.json"))
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    parts = []
+    for part in ("1/2", "2/2"):
+        proc = cli(*CHECK, "--shard", part, "--json", str(tmp_path / f"part{part[0]}.json"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        parts.append(_ids(tmp_path / f"part{part[0]}.json"))
+    assert all(parts) and not parts[0] & parts[1]
+    assert parts[0] | parts[1] == _ids(tmp_path / "whole.json")
+    # an implementation's family on one device and dtype stays in one part
+    families = [{(i.split("[", 1)[1].split("-")[0], i.split("-")[-1].split("/")[0]) for i in p}
+                for p in parts]
+    assert not families[0] & families[1]
+
+
+def test_a_check_part_without_work_is_refused_before_any_case(cli, tmp_path):
+    proc = cli("check", "--impl", "numpy", "--dtype", "float32", "-k", "masking/combined",
+               "--shard", "2/2", "--json", str(tmp_path / "c.json"))
+    assert proc.returncode != 0
+    said = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if "expected a part with work" in line]
+    assert len(said) == 1 and "1 unit(s)" in said[0], proc.stdout + proc.stderr
+    assert not (tmp_path / "c.json").exists()
