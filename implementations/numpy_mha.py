@@ -7,6 +7,9 @@ q, k, v -> head outputs), the signature the torch and jax cores share; ``mask`` 
 ``suite.adapters.AttendMask`` of NumPy arrays in the compute dtype, which a kernel with
 its own mask representation overrides (``numpy.flash`` keeps the mask in parts).
 
+``numpy`` also reads a paged key/value cache (``suite.paging``): the pool's blocks projected,
+then gathered through the block table into each sequence's cache (``read_pages``).
+
 ``numpy`` also computes every score variant (``suite.variants``: soft-capping, ALiBi, a
 relative position table, a score modifier, sinks, value heads of their own width), each
 from the problem's parameters, in the compute dtype; the other NumPy kernels declare none.
@@ -20,6 +23,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from suite.adapters import AttendMask, ScoreVariants, attend_mask, cached_chunks
+from suite.paging import gather, paged_cache
 from suite.plugin import VARIANT_FEATURES, Deviation, Implementation, Result
 from suite.problem import Problem
 from suite.variants import Alibi, RelBias, ScoreMod
@@ -56,10 +60,16 @@ class NumpyCore(Implementation):
             return None if a is None else np.ascontiguousarray(a, dtype=t)
 
         mask = self.attention_mask(p, t)
-        return {"p": p, "dtype": t, "need_weights": need_weights,
-                "query": cast(p.query), "key": cast(p.key), "value": cast(p.value),
-                "w": {k: cast(v) for k, v in p.weights.as_dict().items()},
-                "mask": mask, "scale": t(p.effective_scale)}
+        state = {"p": p, "dtype": t, "need_weights": need_weights,
+                 "query": cast(p.query), "key": cast(p.key), "value": cast(p.value),
+                 "w": {k: cast(v) for k, v in p.weights.as_dict().items()},
+                 "mask": mask, "scale": t(p.effective_scale)}
+        if p.paging is not None:  # a paged cache: the pool and its table replace key and value
+            cache = paged_cache(p)
+            state.update(key=None, value=None, key_pages=cast(cache.key_pages),
+                         value_pages=cast(cache.value_pages), block_table=cache.block_table,
+                         lengths=cache.lengths)
+        return state
 
     def attention_mask(self, problem: Problem, dtype: type) -> Any:
         """The canonical mask in the form ``attend`` takes, built once in ``prepare``
@@ -111,16 +121,29 @@ class NumpyCore(Implementation):
         vc[:, :, start:start + v.shape[2]] = v
         return kc, vc
 
+    def read_pages(self, pages: np.ndarray, block_table: np.ndarray, lengths: np.ndarray,
+                   S: int) -> np.ndarray:
+        """The logical cache (B, S, X) of a paged one: ``pages`` (N, P, X), projected, read
+        through the block table (B, T); ``lengths`` (B,) the filled slots (the mask hides
+        the rest)."""
+        return gather(pages, block_table, S)
+
     def run(self, s: Dict[str, Any]):
         p, w = s["p"], s["w"]
         B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
-        q = s["query"] @ w["w_q"]  # (B, L, H*D)
-        k = s["key"] @ w["w_k"]  # (B, S, K*D)
-        v = s["value"] @ w["w_v"]  # (B, S, K*V)
-        if w["b_q"] is not None:
-            q += w["b_q"]
-            k += w["b_k"]
-            v += w["b_v"]
+
+        def proj(x: np.ndarray, name: str) -> np.ndarray:  # x @ W (+ b)
+            y = x @ w[f"w_{name}"]
+            return y if w[f"b_{name}"] is None else y + w[f"b_{name}"]
+
+        q = proj(s["query"], "q")  # (B, L, H*D)
+        if p.paging is None:
+            k = proj(s["key"], "k")  # (B, S, K*D)
+            v = proj(s["value"], "v")  # (B, S, K*V)
+        else:  # the pool's blocks projected (per token), then read through the block table
+            table, lengths = s["block_table"], s["lengths"]
+            k = self.read_pages(proj(s["key_pages"], "k"), table, lengths, S)  # (B, S, K*D)
+            v = self.read_pages(proj(s["value_pages"], "v"), table, lengths, S)  # (B, S, K*V)
         q = q.reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
         k = k.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
         v = v.reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
@@ -147,8 +170,8 @@ class NumpyMHA(NumpyCore):
     the plain vectorised algorithm."""
 
     name = "numpy"
-    features = NumpyCore.features | {"weights", "decode", "packed", "steps", "static_cache"} | \
-        VARIANT_FEATURES
+    features = NumpyCore.features | {"weights", "decode", "packed", "steps", "static_cache",
+                                     "paged"} | VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "

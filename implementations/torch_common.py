@@ -44,6 +44,7 @@ from suite import adapters
 from suite.adapters import AttendMask, attend_mask
 from suite.layouts import LAYOUTS, requested_layout
 from suite.layouts import check as check_layout
+from suite.paging import paged_cache
 from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import GRAD_NAMES, Problem, cotangent
 from suite.where import Where
@@ -189,10 +190,20 @@ class TorchCore(Implementation):
 
         tensors = {"query": put(p.query), "key": put(p.key), "value": put(p.value)}
         tensors.update({k: put(v) for k, v in p.weights.as_dict().items()})
+        pages = None
+        if p.paging is not None:  # a paged cache: the pool and its table replace key and value
+            if grad:
+                raise Unsupported("gradients through a paged cache: the pool is not the "
+                                  "problem's key and value inputs")
+            cache = paged_cache(p)
+            tensors.update(key=None, value=None)
+            pages = {"key_pages": put(cache.key_pages), "value_pages": put(cache.value_pages),
+                     "block_table": torch.as_tensor(cache.block_table, device=dev).long(),
+                     "lengths": torch.as_tensor(cache.lengths, device=dev).long()}
         state = {"p": p, "device": dev, "tensors": tensors, "need_weights": need_weights,
                  "grad": grad, "mask": arrange_mask(translate_mask(p, dev, t), p),
                  "cotangent": torch.as_tensor(cotangent(p), device=dev).to(t) if grad else None,
-                 "compile_s": None}
+                 "compile_s": None, "pages": pages}
         self.after_prepare(state)
         return state
 
@@ -205,8 +216,18 @@ class TorchCore(Implementation):
                                                           ).reshape(*inp.shape[:-1], -1)
 
         q = proj(x["query"], x["w_q"], x["b_q"]).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
-        k = proj(x["key"], x["w_k"], x["b_k"]).view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
-        v = proj(x["value"], x["w_v"], x["b_v"]).view(B, S, K, V).transpose(1, 2)  # (B, K, S, V)
+        pages = state.get("pages")
+        if pages is None:
+            k = proj(x["key"], x["w_k"], x["b_k"])  # (B, S, K*D)
+            v = proj(x["value"], x["w_v"], x["b_v"])  # (B, S, K*V)
+        else:  # the pool's blocks projected (per token), then read through the block table
+            table, lengths = pages["block_table"], pages["lengths"]
+            k = self.read_pages(proj(pages["key_pages"], x["w_k"], x["b_k"]), table, lengths,
+                                S)  # (B, S, K*D)
+            v = self.read_pages(proj(pages["value_pages"], x["w_v"], x["b_v"]), table, lengths,
+                                S)  # (B, S, K*V)
+        k = k.view(B, S, K, D).transpose(1, 2)  # (B, K, S, D)
+        v = v.view(B, S, K, V).transpose(1, 2)  # (B, K, S, V)
         layout = requested_layout(p) or self.own_layout
         if layout == "expanded":  # contiguous q, kv heads broadcast with stride 0
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -224,6 +245,15 @@ class TorchCore(Implementation):
                                          state["need_weights"])
         concat = heads.transpose(1, 2).reshape(B, L, H * V)  # (B, L, H*V)
         return proj(concat, x["w_o"], x["b_o"]), weights  # (B, L, E)
+
+    def read_pages(self, pages: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
+                   S: int) -> torch.Tensor:
+        """The logical cache (B, S, X) of a paged one (``suite.paging``): ``pages``
+        (N, P, X), projected, indexed by the block table (B, T); ``lengths`` (B,) the filled
+        slots (the mask hides the rest)."""
+        B, T = block_table.shape
+        rows = pages[block_table]  # (B, T, P, X)
+        return rows.reshape(B, T * pages.shape[1], pages.shape[2])[:, :S]  # (B, S, X)
 
     def attend_in_steps(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         mask: AttendMask, p: Problem) -> torch.Tensor:

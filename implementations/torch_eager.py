@@ -1,5 +1,7 @@
 """torch.eager: the plain algorithm in torch ops (matmul, masked softmax, matmul), with
-every score variant (``suite.variants``) in torch ops: the reference on torch."""
+every score variant (``suite.variants``) in torch ops: the reference on torch. A paged
+key/value cache (``suite.paging``) is read by indexing the projected pool with the block table
+(``TorchCore.read_pages``)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from suite.plugin import VARIANT_FEATURES, Deviation
 
 class TorchEager(TorchCore):
     name = "torch.eager"
-    features = TorchCore.features | {"weights", "decode", "packed", "steps", "static_cache"} | \
-        VARIANT_FEATURES
+    features = TorchCore.features | {"weights", "decode", "packed", "steps", "static_cache",
+                                     "paged"} | VARIANT_FEATURES
     layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "

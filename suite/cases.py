@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from suite import decode_cases, generation_cases, packed_cases, variant_cases
+from suite import decode_cases, generation_cases, packed_cases, paged_cases, variant_cases
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -783,6 +783,11 @@ for _name, _build, _kw in generation_cases.BUILDERS:
 # --- packed: variable-length sequences back to back in one row (suite.packed_cases) ----------
 for _name, _build, _kw in packed_cases.BUILDERS:
     case(packed_cases.FAMILY, _name, **_kw)(_build)
+
+
+# --- paged: the decode form's cache in a pool of blocks, read through a table (paged_cases) ---
+for _name, _build, _kw in paged_cases.BUILDERS:
+    case(paged_cases.FAMILY, _name, **_kw)(_build)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -87,6 +87,9 @@ FEATURE_MEANINGS: Dict[str, str] = {
     "packed": "a packed batch: each row's tokens are sequences back to back "
               "(Mask.segments, ids 0, 1, ... along the row), each token attending only "
               "within its own sequence (cumulative lengths, document ids, jagged tensors)",
+    "paged": "reads the key/value cache paged: a pool of fixed-size blocks through a "
+             "per-sequence block table (Problem.paging; the pool from "
+             "suite.paging.paged_cache), blocks shared between sequences read-only",
     "steps": "computes a causal self-attention problem in chunks (Problem.steps: a prefill, "
              "then decode steps), each against its own key/value cache",
     "static_cache": "with steps, a static cache of Problem.cache_len slots rather than a "

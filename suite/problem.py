@@ -24,6 +24,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from suite.paging import Paging, blocks_used, lengths_of
 from suite.variants import ALIBI_CONVENTIONS, ALIGNS, BUCKETINGS, Alibi, RelBias, ScoreMod
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -162,6 +163,10 @@ class Problem:
     # attention, so the oracle judges every chunk's rows as it judges one call's.
     steps: Optional[Tuple[int, ...]] = None
     cache_len: Optional[int] = None  # a static cache of this many slots (>= L)
+    # The key/value cache paged into a pool of blocks read through a block table
+    # (``suite.paging``): the same logical problem, which the oracle judges; a plugin that
+    # declares feature ``paged`` reads the pool ``suite.paging.paged_cache`` builds.
+    paging: Optional[Paging] = None
 
     # Shape facts, derived from the arrays.
     @property
@@ -219,6 +224,8 @@ class Problem:
             out.add("steps")
         if self.cache_len is not None:
             out.add("static_cache")
+        if self.paging is not None:
+            out.add("paged")
         return frozenset(out)
 
     def has_variants(self) -> bool:
@@ -272,6 +279,50 @@ def _validate_segments(p: Problem) -> None:
     _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
             "no query_offset or steps beside it yet", "decode or steps set")
     _no_position_variants(p, "mask.segments")  # positions restart in each sequence
+
+
+def _validate_paging(p: Problem) -> None:
+    """``paging``: a block table over a pool that holds each sequence's cache; a block two
+    sequences share holds the same token in every slot both fill."""
+    pg, B, S = p.paging, p.B, p.S
+    _expect(isinstance(pg, Paging), "paging", "a suite.paging.Paging", type(pg).__name__)
+    _expect(_is_int(pg.page_size) and pg.page_size >= 1, "paging.page_size", "a positive int",
+            repr(pg.page_size))
+    _expect(_is_int(pg.num_blocks) and pg.num_blocks >= 1, "paging.num_blocks",
+            "a positive int", repr(pg.num_blocks))
+    _expect(_is_int(pg.seed), "paging.seed", "an int", repr(pg.seed))
+    P, N = pg.page_size, pg.num_blocks
+    table = np.asarray(pg.block_table)
+    T = -(-S // P)
+    _expect(table.shape == (B, T), "paging.block_table",
+            f"shape (B, ceil(S / page_size)) = ({B}, {T})", f"{table.shape}")
+    _expect(np.issubdtype(table.dtype, np.integer), "paging.block_table", "integers",
+            table.dtype)
+    _expect(bool(((table >= 0) & (table < N)).all()), "paging.block_table",
+            f"block ids in [0, num_blocks) = [0, {N})", f"min {table.min()}, max {table.max()}")
+    vl = p.mask.valid_lens
+    _expect(vl is None or np.ndim(vl) == 1, "paging", "cache lengths per sequence: "
+            "mask.valid_lens of shape (B,) or none", f"valid_lens of shape {np.shape(vl)}")
+    _expect(p.mask.segments is None and p.steps is None, "paging",
+            "no segments or steps beside it (a paged cache is a decode step's cache)",
+            "packed or steps set")
+    owner: dict = {}  # block -> (sequence, table position) that filled it first
+    for b, (n, used) in enumerate(zip(lengths_of(p), blocks_used(lengths_of(p), P))):
+        own = table[b, :used]
+        _expect(len(set(own.tolist())) == len(own), "paging.block_table",
+                "distinct blocks within one sequence's filled entries",
+                f"sequence {b}: {own.tolist()}")
+        for t, block in enumerate(own.tolist()):
+            if block not in owner:
+                owner[block] = (b, t, min(P, int(n) - t * P))
+                continue
+            b0, t0, n0 = owner[block]
+            both = min(n0, int(n) - t * P, P)
+            same = all(np.array_equal(a[b0, t0 * P:t0 * P + both], a[b, t * P:t * P + both])
+                       for a in (p.key, p.value))
+            _expect(same, "paging.block_table", f"block {block}, shared by sequences {b0} "
+                    f"and {b}, to hold the same tokens in the slots both fill (a shared "
+                    f"block is read-only)", "different keys or values")
 
 
 def seq_lens(segments: np.ndarray) -> List[List[int]]:
@@ -344,6 +395,8 @@ def validate(p: Problem, finite: bool = True) -> None:
         _validate_segments(p)
     if p.steps is not None or p.cache_len is not None:
         _validate_steps(p)
+    if p.paging is not None:
+        _validate_paging(p)
     for name, kind in (("allowed", "bool"), ("bias", "float")):
         arr = getattr(m, name)
         if arr is None:

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from suite import catalog, measure, oracle
+from suite.paging import Paging
 from suite.plugin import Unsupported, declared, expressible
 from suite.problem import Mask, Problem, Weights
 from suite.variants import SCORE_MODS, Alibi, RelBias, named_score_mod
@@ -171,6 +172,9 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
                            for f in dataclasses.fields(variant)})
     if p.score_mod is not None:  # a function: saved by name (the suite's examples load back)
         arrays["score_mod.name"] = p.score_mod.name
+    if p.paging is not None:  # the paged cache's layout: its pool is rebuilt from it
+        arrays.update({f"paging.{f.name}": getattr(p.paging, f.name)
+                       for f in dataclasses.fields(p.paging)})
     np.savez(path, **arrays, **extra)
 
 
@@ -205,6 +209,10 @@ def _load_variants(p: Problem, d: Dict[str, np.ndarray]) -> Problem:
         found["steps"] = tuple(int(n) for n in d.pop("steps"))
     if "sinks" in d:
         found["sinks"] = d.pop("sinks")
+    if "paging.block_table" in d:
+        found["paging"] = Paging(
+            int(d.pop("paging.page_size")), d.pop("paging.block_table"),
+            int(d.pop("paging.num_blocks")), int(d.pop("paging.seed")))
     for prefix, cls in (("alibi", Alibi), ("rel_bias", RelBias)):
         if f"{prefix}.{dataclasses.fields(cls)[0].name}" not in d:
             continue

@@ -52,6 +52,10 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # a leak into the next sequence made loud; causality restarting at each boundary;
     # sequences of one token
     "packed": ("loud_neighbour", "causal_docs", "single_token_docs"),
+    # blocks shared by sequences, one ending inside a shared block (one row each: what a
+    # one-query paged kernel takes); a page size that divides no length; rows at offsets
+    # inside the cache, the later blocks hidden by causality alone
+    "paged": ("shared_prefix", "page_not_dividing", "rows_at_offsets"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once
