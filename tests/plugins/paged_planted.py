@@ -1,0 +1,47 @@
+"""Planted paged-cache bugs on the NumPy reference (``read_pages``: the projected pool read
+through the block table): the paged family must fail each, and the reference pass."""
+
+import numpy as np
+
+from implementations.numpy_mha import NumpyMHA
+
+
+class OffByOneBlock(NumpyMHA):
+    """Reads logical block t from the table's entry t + 1 (the last entry for the last
+    block): the block table read off by one block."""
+
+    name = "bug.paged_off_by_one_block"
+
+    def read_pages(self, pages, block_table, lengths, S):
+        shifted = np.concatenate([block_table[:, 1:], block_table[:, -1:]], axis=1)
+        return super().read_pages(pages, shifted, lengths, S)
+
+
+class FixedPageSize(NumpyMHA):
+    """Ignores the pool's page size and reads pages of 4 slots (a kernel built for one block
+    size): slot j is slot j % 4 of block ``block_table[b, j // 4]`` of a pool cut in 4s."""
+
+    name = "bug.paged_fixed_page_size"
+    PAGE = 4
+
+    def read_pages(self, pages, block_table, lengths, S):
+        flat = pages.reshape(-1, pages.shape[-1])  # (N * P, X): the pool's slots in order
+        j = np.arange(S)
+        slots = block_table[:, j // self.PAGE] * self.PAGE + j % self.PAGE  # (B, S)
+        return np.take(flat, slots, axis=0, mode="wrap")  # (B, S, X)
+
+
+class WritesSharedBlock(NumpyMHA):
+    """Appends each sequence's next token (zeros here) into the slot after its length in its
+    own last block, in place: no copy-on-write, so a block another sequence shares and fills
+    further is overwritten under it."""
+
+    name = "bug.paged_writes_shared_block"
+
+    def read_pages(self, pages, block_table, lengths, S):
+        pages = pages.copy()
+        P = pages.shape[1]
+        for b, n in enumerate(lengths):
+            if n // P < block_table.shape[1]:
+                pages[block_table[b, n // P], n % P] = 0  # the next token's slot
+        return super().read_pages(pages, block_table, lengths, S)

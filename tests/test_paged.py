@@ -1,0 +1,139 @@
+"""The paged family (#40 item 3): the decode form's key/value cache in a shared pool of
+blocks read through a per-sequence block table (``Problem.paging``, ``suite.paging``)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from suite.cases import by_family
+from suite.oracle import oracle
+from suite.paging import GARBAGE, Paging, blocks_used, gather, paged_cache
+from suite.problem import InputError
+from tests.conftest import planted, run_catalog_case
+
+PAGED = by_family()["paged"]
+
+
+@pytest.mark.parametrize("case", PAGED, ids=lambda c: c.name)
+def test_the_pool_holds_each_sequence_and_garbage_elsewhere(case):
+    """Read through the table, the pool gives each sequence's filled slots exactly; every
+    slot no sequence fills (unused blocks, a last block's tail) is garbage-sized."""
+    p = case.problem()
+    cache = paged_cache(p)
+    P = p.paging.page_size
+    filled = np.zeros(cache.key_pages.shape[:2], bool)  # (N, P)
+    for b, n in enumerate(cache.lengths):
+        for pages, logical in ((cache.key_pages, p.key), (cache.value_pages, p.value)):
+            np.testing.assert_array_equal(gather(pages, cache.block_table, p.S)[b, :n],
+                                          logical[b, :n], err_msg=f"{case.name} sequence {b}")
+        for t in range(int(blocks_used(n, P))):
+            filled[cache.block_table[b, t], :min(P, n - t * P)] = True
+    assert (~filled).any(), "every case's pool has slots no sequence fills"
+    for pages in (cache.key_pages, cache.value_pages):
+        assert np.abs(pages[~filled]).mean() > GARBAGE / 2, case.name
+    # the paging changes no answer: the oracle judges the logical problem
+    np.testing.assert_array_equal(oracle(p)[0], oracle(dataclasses.replace(p, paging=None))[0])
+
+
+def test_the_shared_prefix_case_shares_blocks_one_sequence_ends_inside():
+    p = next(c for c in PAGED if c.name == "shared_prefix").problem()
+    table, lengths = p.paging.block_table, np.asarray(p.mask.valid_lens)
+    assert table[1, :2].tolist() == table[0, :2].tolist() and table[2, 0] == table[0, 0]
+    assert lengths[1] % p.paging.page_size and lengths[1] < lengths[0]
+
+
+def _problem(**paging):
+    p = next(c for c in PAGED if c.name == "one_row_shuffled").problem()
+    return dataclasses.replace(p, paging=dataclasses.replace(p.paging, **paging))
+
+
+def _shared_with_other_tokens():
+    p = next(c for c in PAGED if c.name == "shared_prefix").problem()
+    key = p.key.copy()
+    key[1, 5] += 1.0  # sequence 1's slot 5 lives in a block sequence 0 fills too
+    return dataclasses.replace(p, key=key)
+
+
+@pytest.mark.parametrize("build, expected", [
+    (lambda: _problem(page_size=0), "paging.page_size: expected a positive int"),
+    (lambda: _problem(block_table=np.zeros((3, 3), np.int64)),
+     "paging.block_table: expected shape (B, ceil(S / page_size)) = (3, 4)"),
+    (lambda: _problem(num_blocks=5), "block ids in [0, num_blocks) = [0, 5)"),
+    (lambda: _problem(block_table=np.zeros((3, 4), np.float64)), "integers"),
+    (lambda: _problem(block_table=np.zeros((3, 4), np.int64)),
+     "distinct blocks within one sequence's filled entries"),
+    (_shared_with_other_tokens, "shared by sequences 0 and 1, to hold the same tokens"),
+    (lambda: dataclasses.replace(_problem(), mask=dataclasses.replace(
+        _problem().mask, valid_lens=np.full((3, 1), 4))), "mask.valid_lens of shape (B,)"),
+    (lambda: dataclasses.replace(_problem(), paging=(4, None)), "a suite.paging.Paging"),
+])
+def test_bad_paging_is_one_clear_line(build, expected):
+    with pytest.raises(InputError) as info:
+        build().validate()
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_paged_problem_needs_the_feature():
+    p = PAGED[0].problem()
+    assert "paged" in p.features() and "paged" not in dataclasses.replace(
+        p, paging=None).features()
+
+
+def test_a_reproducer_keeps_the_paging(tmp_path):
+    from suite.repro import load_problem, save_problem
+
+    p = next(c for c in PAGED if c.name == "shared_prefix").problem()
+    save_problem(tmp_path / "problem.npz", p)
+    back, _ = load_problem(tmp_path / "problem.npz")
+    assert isinstance(back.paging, Paging) and back.paging.page_size == p.paging.page_size
+    np.testing.assert_array_equal(back.paging.block_table, p.paging.block_table)
+    for a, b in zip(paged_cache(back), paged_cache(p)):
+        np.testing.assert_array_equal(a, b)
+
+
+def _run(impl, name: str, dtype: str = "float64"):
+    return run_catalog_case(impl, "paged", name, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_the_numpy_reference_passes_every_paged_case(dtype):
+    from implementations.numpy_mha import NumpyMHA
+
+    for c in PAGED:
+        out = _run(NumpyMHA(), c.name, dtype)
+        assert out.outcome == "pass", (c.name, out.reason)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_eager_passes_every_paged_case(dtype):
+    pytest.importorskip("torch")
+    from implementations.torch_eager import TorchEager
+
+    for c in PAGED:
+        out = _run(TorchEager(), c.name, dtype)
+        assert out.outcome == "pass", (c.name, out.reason)
+
+
+def test_a_plugin_without_the_feature_is_unsupported():
+    from implementations.numpy_flash import NumpyFlashMHA
+
+    out = _run(NumpyFlashMHA(), PAGED[0].name, "float32")
+    assert out.outcome == "unsupported" and "paged" in out.reason, out.reason
+
+
+@pytest.mark.parametrize("bug, passes", [
+    ("OffByOneBlock", set()),
+    # every case but the two with pages of 5 and of 3 slots has the page size it assumes
+    ("FixedPageSize", {"shared_prefix", "one_row_shuffled", "block_boundary", "gqa",
+                       "few_rows", "rows_at_offsets"}),
+    # only a block shared past one sequence's length is written under another
+    ("WritesSharedBlock", {c.name for c in PAGED} - {"shared_prefix"}),
+])
+def test_a_misread_page_fails(bug, passes):
+    impl = getattr(planted("paged_planted"), bug)()
+    for c in PAGED:
+        out = _run(impl, c.name, "float32")
+        assert (out.outcome == "pass") == (c.name in passes), (c.name, out.outcome, out.reason)
+        if out.outcome != "pass":
+            assert out.outcome == "fail", (c.name, out.outcome, out.reason)
