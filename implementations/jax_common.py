@@ -40,6 +40,7 @@ import numpy as np
 
 from suite import adapters, cache, probes
 from suite.adapters import AttendMask, attend_mask
+from suite.paging import paged_cache
 from suite.plugin import Deviation, Implementation, Result, Unsupported
 from suite.problem import Problem, cotangent
 from suite.where import Where
@@ -210,6 +211,24 @@ class JaxCore(_Compiled):
         rows over the cache. Default: ``attend`` with that mask. -> heads (B, H, n, D)."""
         return self.attend(q, k, v, mask, scale, False)[0]
 
+    def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
+                     scale: float, S: int):
+        """A paged cache (``suite.paging``, feature ``paged``): q (B, H, L, D), the projected
+        pool k_pages/v_pages (N, P, K, D), block_table (B, T) and lengths (B,) int32, S the
+        logical cache's slots -> heads (B, H, L, D). Default: the logical cache gathered
+        through the table, then ``attend``; a paged kernel reads the pool itself."""
+        B, H = q.shape[:2]
+
+        def logical(pages):  # (N, P, K, D) -> (B, K, S, D)
+            rows = pages[block_table]  # (B, T, P, K, D)
+            rows = rows.reshape(B, -1, *pages.shape[2:])[:, :S]  # (B, S, K, D)
+            return rows.transpose(0, 2, 1, 3)
+
+        k, v = logical(k_pages), logical(v_pages)
+        if self.repeat_kv and k.shape[1] != H:  # query head h reads kv head h // (H // K)
+            k, v = jnp.repeat(k, H // k.shape[1], axis=1), jnp.repeat(v, H // v.shape[1], axis=1)
+        return self.attend(q, k, v, mask, scale, False)[0]
+
     def forward(self, x: Dict[str, Any], mask: AttendMask, shape: Tuple, scale: float,
                 problem: Optional[Problem] = None):
         B, L, S, H, K, D = shape
@@ -219,6 +238,14 @@ class JaxCore(_Compiled):
             return y if b is None else y + b
 
         q = proj(x["query"], x["w_q"], x["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)
+        if "key_pages" in x:  # a paged cache: the pool's blocks projected (per token)
+            N, P = x["key_pages"].shape[:2]
+            k_pages = proj(x["key_pages"], x["w_k"], x["b_k"]).reshape(N, P, K, D)
+            v_pages = proj(x["value_pages"], x["w_v"], x["b_v"]).reshape(N, P, K, D)
+            heads = self.attend_paged(q, k_pages, v_pages, x["block_table"], x["lengths"],
+                                      mask, scale, S)  # (B, H, L, D)
+            concat = heads.transpose(0, 2, 1, 3).reshape(B, L, H * D)  # (B, L, H*D)
+            return proj(concat, x["w_o"], x["b_o"])  # (B, L, E)
         k = proj(x["key"], x["w_k"], x["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)
         v = proj(x["value"], x["w_v"], x["b_v"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)
         if self.repeat_kv and K != H:  # query head h reads kv head h // (H // K)
@@ -242,6 +269,15 @@ class JaxCore(_Compiled):
 
         x = {"query": put(p.query), "key": put(p.key), "value": put(p.value),
              **{k: put(v) for k, v in p.weights.as_dict().items()}}
+        if p.paging is not None:  # a paged cache: the pool and its table replace key and value
+            if grad:
+                raise Unsupported("gradients through a paged cache: the pool is not the "
+                                  "problem's key and value inputs")
+            cache = paged_cache(p)
+            x.update(key=None, value=None, key_pages=put(cache.key_pages),
+                     value_pages=put(cache.value_pages),
+                     block_table=put(cache.block_table, np.int32),
+                     lengths=put(cache.lengths, np.int32))
         mask = attend_mask(p, put_float=put, put_bool=lambda a: put(a, bool))
         shape = (p.B, p.L, p.S, p.H, p.K, p.D)
         scale = p.effective_scale
@@ -267,7 +303,7 @@ class JaxCore(_Compiled):
                static["causal_align"], static["form_name"], form_static,
                tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())
                      if k != "form"),
-               tuple((k, v is None) for k, v in sorted(x.items())))
+               tuple((k, None if v is None else v.shape) for k, v in sorted(x.items())))
         exe, compile_s = compile_once(self._cache, key, fn, args)
         return {"exe": exe, "args": args, "grad": grad, "out": None, "compile_s": compile_s}
 

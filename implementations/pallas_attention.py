@@ -11,9 +11,11 @@
   scale (the kernel adds ``ab`` to the unscaled logits, as its ``mha_reference`` does).
 - ``pallas.tpu.splash``: ``ops.tpu.splash_attention``, its mask objects (``PallasTpuSplash``).
 - ``pallas.gpu.decode``: ``ops.gpu.decode_attention.gqa``, one query (``PallasGpuDecode``).
+- ``pallas.tpu.paged``: ``ops.tpu.paged_attention.paged_attention``, one query per sequence
+  against a paged key/value cache read through its block table (``PallasTpuPaged``).
 
 ``pallas.gpu.flash``, ``pallas.tpu.flash`` and ``pallas.tpu.splash`` also run their kernels'
-backward (gradients); ``pallas.gpu.decode`` is forward only.
+backward (gradients); ``pallas.gpu.decode`` and ``pallas.tpu.paged`` are forward only.
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
 Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernels,
@@ -42,6 +44,7 @@ import numpy as np
 from implementations.jax_common import JaxCore, tf32_on_gpu
 from suite import probes
 from suite.adapters import AttendMask, form_mask, requested_form, split_mask
+from suite.paging import lengths_of
 from suite.plugin import INTERPRETED_CPU, WINDOW_FORMS, Deviation, Unsupported, interpreted
 from suite.problem import Problem
 
@@ -453,3 +456,50 @@ class PallasGpuDecode(PallasCore):
         out = da.gqa(q[:, :, 0], k, v, kv_seq_len=lens, sm_scale=scale,
                      k_splits=self.k_splits, interpret=self.interpret)  # (B, H, D)
         return out[:, :, None], None  # (B, H, 1, D)
+
+
+class PallasTpuPaged(PallasTpuCore):
+    """``ops.tpu.paged_attention.paged_attention``: one query per sequence (q (B, H, D))
+    against a paged key/value cache, the pool (K, N, P, D) read page by page through the
+    block table (``page_indices`` (B, T)) up to each sequence's ``lengths`` (B,): the paged
+    family's form (``suite.paging``), which is what it is for. GQA in the kernel (query head h
+    reads kv head h // (H // K)). It takes no scale (q is scaled before the kernel) and no
+    mask but the lengths, so the one row must see exactly its cache's filled slots: a decode
+    step at its cache's last slot (``query_offset = lengths - 1``, causal), or no offset and
+    key padding alone. ``pages_per_compute_block`` = 1 (it must divide T; any value reads the
+    same pages), no megacore. A problem without a paged cache is unsupported.
+
+    The kernel loads each page and casts it to bfloat16 before its dots
+    (``MultiPageAsyncCopyDescriptor._maybe_dequantize``'s default dtype, with no
+    quantization scales): float32 and float16 pages are read at bfloat16 precision.
+    """
+
+    name = "pallas.tpu.paged"
+    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale"})
+    repeat_kv = False  # the kernel reads K kv heads itself
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        if problem.paging is None:
+            raise Unsupported(f"{self.name} reads a paged key/value cache only "
+                              f"(Problem.paging: the paged family)")
+        if problem.L != 1:
+            raise Unsupported(f"{self.name} takes one query per sequence (Lq = 1); "
+                              f"got Lq={problem.L}")
+        B, S = problem.B, problem.S
+        sees = problem.mask.dense_allowed(B, 1, 1, S)[:, 0, 0]  # (B, S)
+        filled = np.arange(S)[None, :] < lengths_of(problem)[:, None]  # (B, S)
+        if not np.array_equal(sees, filled):
+            b = int(np.flatnonzero((sees != filled).any(axis=1))[0])
+            raise Unsupported(f"{self.name} masks by the cache lengths alone: the one row must "
+                              f"see exactly its sequence's filled slots (sequence {b} sees "
+                              f"{int(sees[b].sum())} of its {int(filled[b].sum())})")
+
+    def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
+                     scale: float, S: int):
+        from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+        out = paged_attention((q[:, :, 0] * scale).astype(q.dtype),  # (B, H, D)
+                              k_pages.transpose(2, 0, 1, 3),  # (K, N, P, D)
+                              v_pages.transpose(2, 0, 1, 3), lengths, block_table,
+                              pages_per_compute_block=1)  # (B, H, D)
+        return out[:, :, None]  # (B, H, 1, D)

@@ -65,6 +65,7 @@ BUILTINS: Dict[str, str] = {
     "pallas.tpu.flash": "implementations.pallas_attention:PallasTpuFlash",
     "pallas.tpu.splash": "implementations.pallas_attention:PallasTpuSplash",
     "pallas.gpu.decode": "implementations.pallas_attention:PallasGpuDecode",
+    "pallas.tpu.paged": "implementations.pallas_attention:PallasTpuPaged",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {

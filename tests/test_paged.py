@@ -137,3 +137,52 @@ def test_a_misread_page_fails(bug, passes):
         assert (out.outcome == "pass") == (c.name in passes), (c.name, out.outcome, out.reason)
         if out.outcome != "pass":
             assert out.outcome == "fail", (c.name, out.outcome, out.reason)
+
+
+def _run_interpreted(impl, name: str, dtype: str):
+    from suite import catalog
+    from suite.check import Outcome
+    from suite.plugin import INTERPRETED_CPU
+
+    (case,) = [c for c in catalog.of_family("paged") if c.name == name]
+    return case.run(impl, Outcome(impl.name, INTERPRETED_CPU, dtype, case.family, case.name,
+                                  case.seed, "pass"))
+
+
+ONE_ROW_AT_THE_END = {"shared_prefix", "one_row_shuffled", "page_not_dividing",
+                      "block_boundary", "gqa"}
+
+
+def test_the_pallas_tpu_paged_kernel_reads_the_pool_through_its_table():
+    """JAX's Pallas TPU paged_attention, interpreted, in bfloat16 (its pages are read at
+    bfloat16 precision in every dtype: the plugin's docstring): every case of one row at its
+    cache's end passes; rows at offsets or several rows are unsupported, with the reason."""
+    pytest.importorskip("jax")
+    from implementations.pallas_attention import PallasTpuPaged
+
+    for c in PAGED:
+        out = _run_interpreted(PallasTpuPaged(), c.name, "bfloat16")
+        if c.name in ONE_ROW_AT_THE_END:
+            assert out.outcome == "pass", (c.name, out.reason)
+        else:
+            assert out.outcome == "unsupported" and "one query per sequence" in out.reason, \
+                (c.name, out.outcome, out.reason)
+
+
+def test_the_pallas_tpu_paged_kernel_is_given_the_table_not_the_logical_cache():
+    """The same plugin handing the kernel a table shifted by one entry fails: the kernel
+    reads the pool through the table the plugin gives it."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from implementations.pallas_attention import PallasTpuPaged
+
+    class Shifted(PallasTpuPaged):
+        name = "bug.pallas_tpu_paged_shifted_table"
+
+        def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask, scale, S):
+            shifted = jnp.concatenate([block_table[:, 1:], block_table[:, -1:]], axis=1)
+            return super().attend_paged(q, k_pages, v_pages, shifted, lengths, mask, scale, S)
+
+    out = _run_interpreted(Shifted(), "one_row_shuffled", "bfloat16")
+    assert out.outcome == "fail", (out.outcome, out.reason)

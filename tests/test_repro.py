@@ -36,6 +36,8 @@ SHOWS = {
     "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
     "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
     "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
+    "pallas-tpu-paged-bf16-pages": ("jax", {}, r"float32 pages: max error vs attention over "
+                                               r"the float32 pages [1-9]\.\d+e-0[1-4]"),
     # CPUs with AVX-512 BF16 / AMX only (oneDNN picks its bfloat16 GEMM by the CPU's flags)
     "torch-bf16-matmul-odd-k-nan-row": ("torch", {}, r"NaN leaked into another row"),
     "torch-compile-fuse-attention-dynamic-scale": (
