@@ -4,7 +4,7 @@ Each function returns one page's Markdown; ``docs_tools/gen_pages.py`` (run by m
 during ``mkdocs build``) writes them into the site. Nothing here is written by hand: the
 built-ins come from the registry, the cases from ``suite.catalog``, the vocabularies from
 ``suite.plugin``, the command line from ``suite.cli``'s parsers, and the findings from the
-known-failure files, ``suite.known`` and the built-ins' declared deviations.
+known-failure records, ``suite.known`` and the built-ins' declared deviations.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from docs_tools import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRO = ROOT / "docs" / "repro"
-KNOWN_FILES = (ROOT / "suite" / "conformance" / "known_failures.txt",
-               ROOT / "suite" / "conformance" / "known_failures_compat.txt")
+KNOWN_FILES = (ROOT / "suite" / "conformance" / "known_failures.toml",
+               ROOT / "suite" / "conformance" / "known_failures_compat.toml")
 # The suite's own kernels: a deviation of theirs is the suite's arithmetic, not a library's.
 OWN_KERNELS = ("numpy", "numpy.flash", "torch.eager", "torch.compile", "jax.jit", "triton.flash")
 
@@ -206,58 +206,13 @@ def cli_page() -> str:
 
 # -- findings ------------------------------------------------------------------------------------
 
-def known_failure_lines() -> List[Dict[str, Any]]:
-    """Each known-failure line of the suite's files: file, pattern, where, reason, and the
-    comment block above it (its shared explanation)."""
-    from suite.where import split_line
-
-    rows = []
-    for path in KNOWN_FILES:
-        comment: List[str] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.startswith("#"):
-                if rows and rows[-1]["comment_closed"] is False:
-                    rows[-1]["comment_closed"], comment = True, []  # a new block begins
-                comment.append(line.lstrip("# ").strip())
-                continue
-            pattern, where, reason = split_line(line)
-            if not pattern:
-                comment = []
-                continue
-            rows.append({"file": path.name, "pattern": pattern,
-                         "where": where.text() if where is not None else "",
-                         "reason": reason or "", "comment": " ".join(comment),
-                         "comment_closed": False})
-    return rows
-
-
-def pattern_impl(pattern: str) -> str:
-    """The implementation a test-id glob names (``test_case[[]torch.nn-cpu-...]`` -> torch.nn)."""
-    plain = pattern.replace("[[]", "[").replace("[]]", "]")  # glob escapes -> brackets
-    inner = plain.split("[", 1)[-1]
-    inner = inner[:-1] if inner.endswith("]") and inner.count("]") > inner.count("[") else inner
-    for dev in ("-cpu-interpret-", "-cpu-", "-cuda", "-*-"):
-        if dev in inner:
-            return inner.split(dev, 1)[0]
-    return inner
-
-
-def repro_of(text: str) -> str:
-    m = re.search(r"docs/repro/([\w.-]+)", text)
-    return m.group(1) if m else ""
-
-
-def upstream_of(text: str) -> str:
-    m = re.search(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", text)
-    if m:
-        return m.group(0)
-    m = re.search(r"\b(pytorch|jax|flax|keras|transformers|triton) #(\d+)", text)
-    return f"{m.group(1)} #{m.group(2)}" if m else ""
-
-
-def versions_in(text: str) -> str:
-    found = re.findall(r"\b(torch|jax|flax|keras|transformers|triton) (\d[\w.+]*)", text)
-    return ", ".join(dict.fromkeys(f"{lib} {v.rstrip('.')}" for lib, v in found))
+# The library whose code a built-in's framework name stands for (hf.* run transformers).
+LIBRARY_OF_FRAMEWORK = {"hf": "transformers"}
+# Library sections in this order first (the rest alphabetically after them).
+LIBRARY_ORDER = ("torch", "transformers", "jax", "flax", "keras", "triton", "numpy")
+# A reproducer no record or known behaviour cites: its library, by the folder's first word.
+REPRO_LIBRARY = {"torch": "torch", "sdpa": "torch", "hf": "transformers", "pallas": "jax",
+                 "jax": "jax", "flax": "flax", "keras": "keras", "triton": "triton"}
 
 
 def repro_title(name: str) -> str:
@@ -267,92 +222,156 @@ def repro_title(name: str) -> str:
     return readme.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
 
 
+def repro_folder(path: str) -> str:
+    """``docs/repro/NAME/...`` -> NAME ("" for no reproducer)."""
+    m = re.search(r"docs/repro/([\w.-]+)", path)
+    return m.group(1) if m else ""
+
+
+def upstream_link(url: str) -> str:
+    """A Markdown link naming the repository and number of an upstream issue or PR."""
+    m = re.match(r"https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)", url)
+    if not m:
+        return f"<{url}>"
+    what = "PR " if m.group(2) == "pull" else ""
+    return f"[{m.group(1)} {what}#{m.group(3)}]({url})"
+
+
 def kind_of(text: str) -> str:
-    """A bug when its record says so (or names an upstream issue); else a library behaviour
-    (documented or by design) the suite declares."""
+    """A declared deviation's kind: a bug when its reason says so, else a library behaviour
+    (documented or by design) the suite declares as a policy."""
     lowered = text.lower()
-    if upstream_of(text) or re.search(r"\bbugs?\b|wrong|ignores|drops|overflow|raises", lowered):
+    if re.search(r"\bbugs?\b|wrong|ignores|drops|overflow|raises", lowered):
         return "bug"
     return "behaviour"
 
 
+def _finding_cards(records) -> Dict[str, List[Any]]:
+    """{card key: its records}: the records of one finding (``name`` and ``name/N``, split by
+    the conversion into cross products) on one card."""
+    cards: Dict[str, List[Any]] = {}
+    for r in records:
+        cards.setdefault(f"{Path(r.source).name}:{r.name.split('/', 1)[0]}", []).append(r)
+    return cards
+
+
+def _joined(values: Iterable[str], none: str = "any") -> str:
+    items = list(dict.fromkeys(values))
+    return "any" if "*" in items else (code(items) if items else none)
+
+
+def _card(records: List[Any]) -> List[str]:
+    """One finding's card (a Material admonition): what, where it shows, versions, kind,
+    upstream, reproducer, and the measured detail folded."""
+    r = records[0]
+    folder = repro_folder(r.reproducer)
+    title = repro_title(folder) if folder else r.reason
+    conditions = [x.condition.text() for x in records if x.condition is not None]
+    where = (f"{_joined(i for x in records for i in x.implementation)} · cases "
+             f"{_joined(c for x in records for c in x.cases)} · devices "
+             f"{_joined(d for x in records for d in x.device)} · dtypes "
+             f"{_joined(t for x in records for t in x.dtype)}")
+    lines = [f'!!! {"bug" if r.kind == "bug" else "info"} "{title.replace(chr(34), chr(39))}"',
+             ""]
+    body = []
+    if folder:
+        body.append(f"**What**: {r.reason}")
+    body += [f"**Where it shows**: {where}",
+             f"**Holds**: {'; '.join(dict.fromkeys(conditions)) if conditions else 'anywhere'}",
+             f"**Versions**: {r.versions or 'not recorded'} · **Kind**: {r.kind}",
+             f"**Upstream**: {upstream_link(r.upstream) if r.upstream else 'none found'}"]
+    if folder:
+        body.append(f"**Reproducer**: [`docs/repro/{folder}/`](repro/{folder}/README.md) "
+                    f"(`python docs/repro/{folder}/repro.py`)")
+    body.append(f"**Record**: `{Path(r.source).name}`: "
+                + ", ".join(f"`{x.name}`" for x in records))
+    lines += [f"    {line}  " for line in body]  # two spaces: one line each
+    if r.detail:
+        lines += ["", '    ??? note "Measured"', "", f"        {r.detail}"]
+    return lines + [""]
+
+
 def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
+    from suite.conformance.known_failures import read_records
     from suite.known import KNOWN_BEHAVIOURS
 
     entries = builtin_entries() if entries is None else entries
-    lines = known_failure_lines()
+    records = [r for path in KNOWN_FILES for r in read_records(path)]
+    cards = _finding_cards(records)
     repros = sorted(p.name for p in REPRO.iterdir() if (p / "repro.py").exists())
-    out = ["# Findings: what the suite found in real libraries", "",
-           "Generated from `suite/conformance/known_failures.txt`, "
-           "`suite/conformance/known_failures_compat.txt`, `suite.known.KNOWN_BEHAVIOURS` and "
-           "the built-ins' declared deviations. Each reproducer under `docs/repro/` is a "
-           "standalone script (NumPy and the library only); the tests run every one of them "
-           "and report one that no longer shows its behaviour on the pinned versions. "
-           "*Kind* is `bug` where the record says so or names an upstream issue, else "
-           "`behaviour` (the library's documented or designed answer, declared as a policy).",
-           "", f"{len(repros)} reproducers, {len(lines)} known-failure lines, "
-           f"{len(KNOWN_BEHAVIOURS)} known behaviours.", "", "## Reproducers", ""]
-    for name in repros:
-        cited = [r for r in lines if repro_of(r["reason"] + " " + r["comment"]) == name]
-        known = [k for k in KNOWN_BEHAVIOURS if name in k.repro]
-        devs = [(n, b, p) for n, e in entries if e.description is not None
-                for b, p, _w, r in deviation_rows(e.impl) if name in r]
-        text = " ".join([r["reason"] + " " + r["comment"] for r in cited] +
-                        [k.reason + " " + k.upstream for k in known])
-        readme = (REPRO / name / "README.md").read_text(encoding="utf-8")
-        upstream = upstream_of(text) or upstream_of(readme)
-        out += [f"### {repro_title(name)}", "",
-                f"- **reproducer**: [`docs/repro/{name}/`](repro/{name}/README.md) "
-                f"(`python docs/repro/{name}/repro.py`)",
-                f"- **kind**: {kind_of(text + ' ' + readme)}"
-                + (f"; upstream: {upstream}" if upstream else "")]
-        impls = sorted({pattern_impl(r["pattern"]) for r in cited} | {n for n, _b, _p in devs})
-        if impls:
-            out.append(f"- **implementations**: {code(impls)}")
-        if cited:
-            out.append("- **known failures** (the cases that show it):")
-            out += [f"    - `{r['pattern']}`" + (f" [where {r['where']}]" if r["where"] else "")
-                    for r in cited]
-        for k in known:
-            out.append(f"- **known behaviour** `{k.name}` (`{k.behaviour}={k.policy}`) "
-                       f"[where {k.where.text()}]")
-        if not (cited or known or devs):
-            out.append("- shown by the cases its README names (no known-failure line cites it)")
-        out.append("")
-    out += ["## Known behaviours", "",
-            "Declared in `suite/known.py`: a library bug followed into every case of every "
-            "plugin on that library, wherever its conditions meet.", ""]
+    cited = {repro_folder(r.reproducer) for r in records} | {
+        repro_folder(k.repro) for k in KNOWN_BEHAVIOURS}
+    devs = [(name, LIBRARY_OF_FRAMEWORK.get(e.description.framework, e.description.framework),
+             e.description.framework_version, row)
+            for name, e in entries if e.description is not None
+            for row in deviation_rows(e.impl)]
+    by_library: Dict[str, Dict[str, list]] = {}
+
+    def section(library: str) -> Dict[str, list]:
+        return by_library.setdefault(library, {"cards": [], "known": [], "repros": [],
+                                               "devs": []})
+
+    for group in cards.values():
+        section(group[0].library or "other")["cards"].append(group)
     for k in KNOWN_BEHAVIOURS:
-        out += [f"- **`{k.name}`** (`{k.behaviour}={k.policy}`, libraries {code(sorted(k.libraries))},"
-                f" where {k.where.text()}): {k.reason}"
-                + (f"; reproducer `{k.repro}`" if k.repro else "")
-                + (f"; upstream {k.upstream}" if k.upstream else "")]
-    for path in KNOWN_FILES:
-        rows = [r for r in lines if r["file"] == path.name]
-        out += ["", f"## Known failures: `{path.name}`", "",
-                "| implementation | test id (glob) | where | versions | kind | reason | reproducer |",
-                "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            text = r["reason"] + " " + r["comment"]
-            rep = repro_of(text)
-            link = f"[{rep}](repro/{rep}/README.md)" if rep else ""
-            out.append(f"| `{cell(pattern_impl(r['pattern']))}` | `{cell(r['pattern'])}` | "
-                       f"{cell(r['where'])} | {cell(versions_in(text) or r['where'])} | "
-                       f"{kind_of(text)} | {cell(r['reason'])} | {link} |")
-    out += ["", "## Declared deviations of the built-ins", "",
-            "Each is a policy the suite checks (see [Policies](reference/policies.md)); "
-            "the library's version is the one this site was built with.", "",
-            "| implementation | library | behaviour = policy | where | kind | reason |",
-            "|---|---|---|---|---|---|"]
-    for name, e in entries:
-        d = e.description
-        if d is None:
-            continue
-        library = f"{d.framework} {d.framework_version}"
-        for b, p, w, r in deviation_rows(e.impl):
-            kind = "the suite's own kernel" if name in OWN_KERNELS else kind_of(r)
-            out.append(f"| `{cell(name)}` | {cell(library)} | `{b}={p}` | {cell(w)} | {kind} | "
-                       f"{cell(r)} |")
+        for library in sorted(k.libraries):
+            section(library)["known"].append(k)
+    for name in repros:
+        if name not in cited:
+            section(REPRO_LIBRARY.get(name.split("-", 1)[0], "other"))["repros"].append(name)
+    for dev in devs:
+        section(dev[1])["devs"].append(dev)
+    order = [lib for lib in LIBRARY_ORDER if lib in by_library] + sorted(
+        set(by_library) - set(LIBRARY_ORDER))
+    total = sum(len(s["cards"]) for s in by_library.values())
+    out = ["# Findings: what the suite found in real libraries", "",
+           "Generated from the known-failure records (`suite/conformance/known_failures.toml`, "
+           "and `known_failures_compat.toml` for older versions), "
+           "`suite.known.KNOWN_BEHAVIOURS` and the built-ins' declared deviations. One section "
+           "per library; each finding is a card: what it is, the implementations, cases, "
+           "devices and dtypes that show it, where the suite checks it (its condition), the "
+           "versions it was measured on, its kind (`bug`, or `behaviour`: documented or by "
+           "design), the upstream issue where one was found, and the reproducer: a standalone "
+           "script under `docs/repro/` (NumPy and the library only) that the tests run.", "",
+           f"{total} findings from {len(records)} records, {len(KNOWN_BEHAVIOURS)} known "
+           f"behaviours, {len(repros)} reproducers, {len(devs)} declared deviations. "
+           "Libraries: " + " · ".join(f"[{lib}](#{lib})" for lib in order) + ".", ""]
+    for library in order:
+        s = by_library[library]
+        out += [f"## {library}", ""]
+        for group in s["cards"]:
+            out += _card(group)
+        for k in s["known"]:
+            folder = repro_folder(k.repro)
+            out += [f'!!! bug "{repro_title(folder) if folder else k.name}"', "",
+                    f"    **What**: {k.reason}  ",
+                    f"    **Where it shows**: every plugin on {code(sorted(k.libraries))} whose "
+                    f"call reaches the behaviour (`{k.behaviour}={k.policy}`)  ",
+                    f"    **Holds**: {k.where.text()}  ",
+                    f"    **Kind**: bug (a known behaviour, `suite/known.py`: `{k.name}`)  ",
+                    f"    **Upstream**: {upstream_link(k.upstream) if k.upstream else 'none found'}"
+                    + ("  " if folder else "")]
+            if folder:
+                out.append(f"    **Reproducer**: [`docs/repro/{folder}/`]"
+                           f"(repro/{folder}/README.md)")
+            out.append("")
+        for name in s["repros"]:
+            link = (f"[`docs/repro/{name}/`](repro/{name}/README.md)"
+                    if (REPRO / name / "README.md").exists() else f"`docs/repro/{name}/repro.py`")
+            out += [f'!!! note "{repro_title(name)}"', "",
+                    f"    **Reproducer**: {link}: shown by the cases its README names (a "
+                    "declared deviation or a kernel of the suite; no known-failure record cites "
+                    "it)", ""]
+        if s["devs"]:
+            out += ["**Declared deviations of the built-ins** (policies the suite checks, see "
+                    "[Policies](reference/policies.md); the version this site was built with):",
+                    "", "| implementation | version | behaviour = policy | where | kind | reason |",
+                    "|---|---|---|---|---|---|"]
+            for name, _lib, version, (b, p, w, r) in s["devs"]:
+                kind = "the suite's own kernel" if name in OWN_KERNELS else kind_of(r)
+                out.append(f"| `{cell(name)}` | {cell(version)} | `{b}={p}` | {cell(w)} | "
+                           f"{kind} | {cell(r)} |")
+            out.append("")
     return "\n".join(out) + "\n"
 
 

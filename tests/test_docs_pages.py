@@ -4,8 +4,6 @@ reproducer is on its page."""
 
 from __future__ import annotations
 
-import pytest
-
 from docs_tools import pages
 from suite import catalog, registry
 from suite.plugin import FEATURE_MEANINGS, MASK_FORMS, POLICIES, Deviation
@@ -53,24 +51,43 @@ def test_every_vocabulary_case_and_command_is_on_its_page():
         assert f"## mha-suite {command}\n" in cli_page, command
 
 
-def test_the_findings_list_every_known_failure_and_reproducer():
-    page = pages.findings_page(_numpy_entries())
-    lines = pages.known_failure_lines()
-    assert len(lines) > 40
-    missing = [r["pattern"] for r in lines if f"`{pages.cell(r['pattern'])}`" not in page]
-    assert not missing, missing
-    for folder in sorted(p.name for p in pages.REPRO.iterdir() if p.is_dir()):
-        assert f"(repro/{folder}/README.md)" in page, folder
+def test_the_findings_list_every_record_and_reproducer_one_section_per_library():
+    from suite.conformance.known_failures import read_records
     from suite.known import KNOWN_BEHAVIOURS
 
+    page = pages.findings_page(_numpy_entries())
+    records = [r for path in pages.KNOWN_FILES for r in read_records(path)]
+    assert len(records) > 30
+    missing = [r.name for r in records if f"`{r.name}`" not in page]
+    assert not missing, missing
+    for folder in sorted(p.name for p in pages.REPRO.iterdir() if p.is_dir()):
+        assert f"docs/repro/{folder}/" in page, folder
     assert all(f"`{k.name}`" in page for k in KNOWN_BEHAVIOURS)
+    sections = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["torch", "transformers"] and len(sections) == len(set(sections))
+    assert {r.library for r in records} <= set(sections)
 
 
-@pytest.mark.parametrize("pattern,impl", [
-    ("test_case[[]torch.sdpa-cpu-*-tiles/*[]]", "torch.sdpa"),
-    ("test_case[[]hf.gpt2[[]eager*[]]-cpu-*-shapes/self_attention[]]", "hf.gpt2[eager*]"),
-    ("*[[]hf.gpt2[[]eager,upcast[]]-cpu-float64*", "hf.gpt2[eager,upcast]"),
-    ("test_random_shapes[[]pallas.gpu.flash-cpu-interpret-*[]]", "pallas.gpu.flash"),
-])
-def test_the_implementation_of_a_known_failure_glob(pattern, impl):
-    assert pages.pattern_impl(pattern) == impl
+def test_a_finding_is_a_card_with_its_upstream_issue_as_a_link(monkeypatch, tmp_path):
+    known = tmp_path / "mine.toml"
+    known.write_text(
+        '[[failure]]\nname = "planted-card"\nimplementation = ["torch.sdpa", "torch.nn"]\n'
+        'dtype = "float16"\ncases = ["masking/fully_masked_*"]\ncondition = "torch<2.5"\n'
+        'kind = "bug"\nlibrary = "torch"\nversions = "torch 2.4.1"\n'
+        'upstream = "https://github.com/pytorch/pytorch/issues/12345"\n'
+        'reproducer = "docs/repro/torch-flex-small-shapes/"\nreason = "a planted reason"\n'
+        'detail = "the planted detail"\n')
+    monkeypatch.setattr(pages, "KNOWN_FILES", (known,))
+    page = pages.findings_page(_numpy_entries())
+    assert '## torch\n\n!!! bug "FlexAttention returns wrong outputs' in page  # its README
+    card = page[page.index("## torch") + 10:].split("\n!!!")[0].split("\n## ")[0]
+    for text in ("**What**: a planted reason",
+                 "`torch.sdpa`, `torch.nn` · cases `masking/fully_masked_*` · devices any · "
+                 "dtypes `float16`", "**Holds**: torch<2.5", "**Versions**: torch 2.4.1",
+                 "**Upstream**: [pytorch/pytorch #12345]"
+                 "(https://github.com/pytorch/pytorch/issues/12345)",
+                 "(repro/torch-flex-small-shapes/README.md)", '??? note "Measured"',
+                 "the planted detail"):
+        assert text in card, text
+
+
