@@ -492,8 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")
     p.add_argument("--known-failures", action="append", default=[], metavar="FILE",
-                   help="more known-failure lists: a test id glob, optionally where it holds "
-                        "in braces ({torch<2.5; isa=avx512}), '#', the reason, one a line")
+                   help="more known failures: a .toml file of [[failure]] records (as "
+                        "suite/conformance/known_failures.toml), or the short form: a test id "
+                        "glob, optionally where it holds in braces ({torch<2.5; isa=avx512}), "
+                        "'#', the reason, one a line")
     _add_run_options(p)
     _add_isa(p, "native")
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")

@@ -50,7 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail the run where a known-failure entry or a known library "
                          "behaviour held here and no case needed it (stale or wrong)")
     group.addoption("--known-failures", action="append", default=[], metavar="FILE",
-                    help="more known-failure lists (test id glob # reason, one a line)")
+                    help="more known failures: [[failure]] records (.toml) or the short "
+                         "form (test id glob {condition} # reason, one a line)")
     group.addoption("--sweep-spec", default=None, metavar="PATH",
                     help="the sweep grid and output (JSON written by mha-suite sweep)")
     group.addoption("--progress", action="store_true", default=False,

@@ -159,3 +159,11 @@ def test_the_suites_records_are_complete():
     # the version matrix's records each hold at versions, so one release hides nothing in another
     assert all(r.condition is not None and r.condition.versions
                for r in read_records(KNOWN_FAILURES_COMPAT_FILE))
+
+
+def test_the_manuals_example_record_reads(tmp_path):
+    # docs/verdicts/outcomes.md shows a record users copy: it must load as written.
+    page = (ROOT / "docs" / "verdicts" / "outcomes.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", page, re.S).group(1)
+    (record,) = read_records(_write(tmp_path, example))
+    assert record.name == "mine-odd-lengths" and record.condition.versions == {"torch": ">=2.4,<2.5"}
