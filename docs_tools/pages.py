@@ -358,10 +358,15 @@ def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
         for name in s["repros"]:
             link = (f"[`docs/repro/{name}/`](repro/{name}/README.md)"
                     if (REPRO / name / "README.md").exists() else f"`docs/repro/{name}/repro.py`")
+            readme = REPRO / name / "README.md"
+            url = re.search(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+",
+                            readme.read_text(encoding="utf-8") if readme.exists() else "")
             out += [f'!!! note "{repro_title(name)}"', "",
                     f"    **Reproducer**: {link}: shown by the cases its README names (a "
                     "declared deviation or a kernel of the suite; no known-failure record cites "
-                    "it)", ""]
+                    "it)  ",
+                    f"    **Upstream**: {upstream_link(url.group(0)) if url else 'none found'}",
+                    ""]
         if s["devs"]:
             out += ["**Declared deviations of the built-ins** (policies the suite checks, see "
                     "[Policies](reference/policies.md); the version this site was built with):",
