@@ -85,6 +85,13 @@ def test_jax_nn_passes_key_value_seq_lengths_not_a_mask(monkeypatch):
     assert prefill["is_causal"] and prefill["key_value_seq_lengths"] == (2,)
     assert len(steps) == 4 and all(s["key_value_seq_lengths"] == (2,) and "mask" not in s
                                    and not s.get("is_causal") for s in steps)
+    calls.clear()  # a window of 4: local_window_size at the prefill only (aligned at query 0)
+    assert run_catalog_case(jax_nn.JaxNN(), "generation", "window_in_cache",
+                            "float32").outcome == "pass"
+    prefill, *steps = calls  # steps (6, 1, 1, 1, 1, 1, 1), a growing cache
+    assert prefill["local_window_size"] == (3, 11) and prefill["is_causal"]  # causal cuts right
+    assert [s["mask"] for s in steps] == [(2, 1, 1, n) for n in range(7, 13)]
+    assert not any("local_window_size" in s or "key_value_seq_lengths" in s for s in steps)
 
 
 def test_jax_nn_with_a_cache_length_one_short_fails(monkeypatch):
