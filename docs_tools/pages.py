@@ -327,7 +327,7 @@ def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
     out = ["# Findings: what the suite found in real libraries", "",
            "Generated from the known-failure records (`suite/conformance/known_failures.toml`, "
            "and `known_failures_compat.toml` for older versions), "
-           "`suite.known.KNOWN_BEHAVIOURS` and the built-ins' declared deviations. One section "
+           "`suite/known_behaviours.toml` and the built-ins' declared deviations. One section "
            "per library; each finding is a card: what it is, the implementations, cases, "
            "devices and dtypes that show it, where the suite checks it (its condition), the "
            "versions it was measured on, its kind (`bug`, or `behaviour`: documented or by "
@@ -348,12 +348,15 @@ def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
                     f"    **Where it shows**: every plugin on {code(sorted(k.libraries))} whose "
                     f"call reaches the behaviour (`{k.behaviour}={k.policy}`)  ",
                     f"    **Holds**: {k.where.text()}  ",
-                    f"    **Kind**: bug (a known behaviour, `suite/known.py`: `{k.name}`)  ",
+                    f"    **Versions**: {k.versions or 'not recorded'} · **Kind**: {k.kind} "
+                    f"(a known behaviour, `suite/known_behaviours.toml`: `{k.name}`)  ",
                     f"    **Upstream**: {upstream_link(k.upstream) if k.upstream else 'none found'}"
                     + ("  " if folder else "")]
             if folder:
                 out.append(f"    **Reproducer**: [`docs/repro/{folder}/`]"
                            f"(repro/{folder}/README.md)")
+            if k.detail:
+                out += ["", '    ??? note "Measured"', "", f"        {k.detail}"]
             out.append("")
         for name in s["repros"]:
             link = (f"[`docs/repro/{name}/`](repro/{name}/README.md)"

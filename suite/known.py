@@ -1,4 +1,5 @@
-"""Known library behaviours that follow the behaviour, not a test id.
+"""Known library behaviours that follow the behaviour, not a test id: records of
+``suite/known_behaviours.toml`` (``[[behaviour]]`` tables), read and checked here.
 
 A known failure listed by test id (a record of ``suite/conformance/known_failures.toml``,
 read by ``suite.conformance.known_failures``) covers the cases it names. A library bug shows
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import Any, Callable, FrozenSet, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
-from suite.plugin import array_library
-from suite.where import Where, lanes
+from suite.plugin import POLICIES, array_library
+from suite.where import Where, WhereError, lanes, parse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +39,12 @@ class KnownBehaviour:
     policy: str  # one of POLICIES[behaviour]
     libraries: FrozenSet[str]  # the array libraries (or frameworks) whose kernels show it
     where: Where
-    reason: str
+    reason: str  # one line
     repro: str = ""  # a standalone reproducer under docs/repro/
     upstream: str = ""  # the upstream issue, where one exists
+    kind: str = "bug"  # bug | behaviour (documented or by design)
+    versions: str = ""  # the versions it was measured on
+    detail: str = ""  # the long explanation and the measurements
     # Plugins on the library whose code never reaches the kernel that shows it (name globs).
     except_impls: Tuple[str, ...] = ()
     # The kernel whose calls show it (``aten::name`` for torch) and what such a call must
@@ -77,26 +82,141 @@ def _no_attn_mask(shapes: list) -> bool:
     return len(shapes) > 5 and not shapes[5]
 
 
-KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = (
-    KnownBehaviour(
-        name="torch-sdpa-nan-query-short-keys",
-        behaviour="nan_query_rows", policy="zero", libraries=frozenset({"torch"}),
-        where=Where(versions={"torch": ">=2.13,<2.14"}, device=frozenset({"cpu"}),
-                    when=_short_keys_no_attn_mask,
-                    when_text="fewer keys than one SIMD vector (8 float32 lanes at default "
-                              "and avx2, 16 at avx512; 4 and 8 float64), no attn_mask"),
-        reason="torch's CPU flash SDPA kernel returns a zero row, not NaN, for a query row "
-               "holding NaN when every key sits in the vector loop's tail (measured on torch "
-               "2.13.0+cpu at every level: zeros for S = 1..7 at default and avx2, 1..15 at "
-               "avx512, float32/float16/bfloat16; S = 1..3 in float64 at avx2; NaN with an "
-               "attn_mask); the class of pytorch #141128",
-        repro="docs/repro/torch-sdpa-nan-query-short-keys/repro.py",
-        upstream="https://github.com/pytorch/pytorch/issues/141128",
-        # only calls that reach the kernel without a mask: not a model's eager path (matmuls
-        # and a softmax) nor compiled FlexAttention (inductor's code: its own NaN-row
-        # behaviour, at every key length, is listed in known_failures.toml)
-        kernel="aten::_scaled_dot_product_flash_attention_for_cpu", kernel_when=_no_attn_mask),
-)
+# Conditions a record names: on a problem (``when``: predicate(problem, dtype, isa), and the
+# words that say it) and on a kernel's call (``kernel_when``: predicate(input shapes)).
+WHEN: Dict[str, Tuple[Callable[..., bool], str]] = {
+    "short_keys_no_attn_mask": (
+        _short_keys_no_attn_mask,
+        "fewer keys than one SIMD vector (8 float32 lanes at default and avx2, 16 at avx512; "
+        "4 and 8 float64), no attn_mask"),
+}
+KERNEL_WHEN: Dict[str, Callable[[list], bool]] = {"no_attn_mask": _no_attn_mask}
+KNOWN_BEHAVIOURS_FILE = Path(__file__).resolve().parent / "known_behaviours.toml"
+KINDS = ("bug", "behaviour")
+_REQUIRED = ("name", "behaviour", "policy", "libraries", "kind", "reason")
+_OPTIONAL = ("condition", "when", "except_impls", "kernel", "kernel_when", "library",
+             "versions", "upstream", "reproducer", "detail")
+
+
+class DeclarationError(ValueError):
+    """A declarations file that cannot be read, or a record in it that is wrong (one line
+    naming the file and the record)."""
+
+
+def read_tables(path: Union[str, Path], table: str,
+                error: Type[DeclarationError] = DeclarationError) -> List[dict]:
+    """The ``[[table]]`` records of a TOML file; ``error`` (one line) for a file that cannot
+    be read, is not TOML, or holds anything else."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except IsADirectoryError:
+        raise error(f"expected a TOML file of [[{table}]] records, got the folder "
+                    f"{path}") from None
+    except FileNotFoundError:
+        raise error(f"expected a TOML file of [[{table}]] records, got {path}, which does "
+                    "not exist") from None
+    except UnicodeDecodeError:
+        raise error(f"expected a UTF-8 text file, got binary data in {path}") from None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML: {exc}") from None
+    extra = sorted(set(data) - {table})
+    if extra:
+        raise error(f"{path}: unknown table(s) {', '.join(extra)}; expected [[{table}]] "
+                    "records only")
+    records = data.get(table, [])
+    if not isinstance(records, list):
+        raise error(f"{path}: {table}: expected [[{table}]] records")
+    return records
+
+
+def check_fields(raw: Any, where: str, required: Tuple[str, ...], optional: Tuple[str, ...],
+                 error: Type[DeclarationError] = DeclarationError) -> None:
+    """One line for a record that is not a table, has a field not in ``required`` or
+    ``optional``, or lacks a required one."""
+    if not isinstance(raw, dict):
+        raise error(f"{where}: expected a table, got {raw!r}")
+    unknown = sorted(set(raw) - set(required) - set(optional))
+    if unknown:
+        raise error(f"{where}: unknown field(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(required + optional)}")
+    missing = [f for f in required if f not in raw]
+    if missing:
+        raise error(f"{where}: missing required field(s) {', '.join(missing)}")
+
+
+def _behaviour(raw: Any, path: str, number: int) -> KnownBehaviour:
+    """One ``[[behaviour]]`` table, validated."""
+    name = raw.get("name") if isinstance(raw, dict) else None
+    where = f"{path}, record {number}" + (f" ({name})" if isinstance(name, str) else "")
+    check_fields(raw, where, _REQUIRED, _OPTIONAL)
+    lists = {}
+    for field in ("libraries", "except_impls"):
+        value = raw.get(field, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or (
+                field == "libraries" and not value):
+            raise DeclarationError(f"{where}: {field}: expected a list of names, got {value!r}")
+        lists[field] = value
+    text = {}
+    for field in set(_REQUIRED + _OPTIONAL) - set(lists):
+        value = raw.get(field, "")
+        if not isinstance(value, str):
+            raise DeclarationError(f"{where}: {field}: expected a string, got {value!r}")
+        text[field] = value.strip()
+    if text["behaviour"] not in POLICIES:
+        raise DeclarationError(f"{where}: behaviour: expected one of "
+                               f"{', '.join(sorted(POLICIES))}, got {text['behaviour']!r}")
+    if text["policy"] not in POLICIES[text["behaviour"]]:
+        raise DeclarationError(f"{where}: policy: expected one of "
+                               f"{', '.join(POLICIES[text['behaviour']])} for "
+                               f"{text['behaviour']}, got {text['policy']!r}")
+    if text["kind"] not in KINDS:
+        raise DeclarationError(f"{where}: kind: expected one of {', '.join(KINDS)}, got "
+                               f"{text['kind']!r}")
+    if not text["reason"] or "\n" in text["reason"]:
+        raise DeclarationError(f"{where}: reason: expected one line, got {text['reason']!r}")
+    for field, known in (("when", WHEN), ("kernel_when", KERNEL_WHEN)):
+        if text[field] and text[field] not in known:
+            raise DeclarationError(f"{where}: {field}: expected one of "
+                                   f"{', '.join(sorted(known))}, got {text[field]!r}")
+    try:
+        condition = parse(text["condition"])
+    except WhereError as exc:
+        raise DeclarationError(f"{where}: condition: {exc}") from None
+    if text["when"]:
+        when, when_text = WHEN[text["when"]]
+        condition = dataclasses.replace(condition, when=when, when_text=when_text)
+    return KnownBehaviour(
+        name=text["name"], behaviour=text["behaviour"], policy=text["policy"],
+        libraries=frozenset(lists["libraries"]), where=condition, reason=text["reason"],
+        repro=text["reproducer"], upstream=text["upstream"], kind=text["kind"],
+        versions=text["versions"], detail=text["detail"],
+        except_impls=tuple(lists["except_impls"]), kernel=text["kernel"],
+        kernel_when=KERNEL_WHEN.get(text["kernel_when"]))
+
+
+def read_behaviours(path: Union[str, Path] = KNOWN_BEHAVIOURS_FILE
+                    ) -> Tuple[KnownBehaviour, ...]:
+    """The known behaviours of a TOML file (``[[behaviour]]`` records), validated."""
+    out = tuple(_behaviour(raw, str(path), i)
+                for i, raw in enumerate(read_tables(path, "behaviour"), 1))
+    names = [k.name for k in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DeclarationError(f"{path}: name(s) used twice: {', '.join(twice)}")
+    return out
+
+
+KNOWN_BEHAVIOURS: Tuple[KnownBehaviour, ...] = read_behaviours()
 
 
 def applicable(impl, problem, dtype: str, device: str, isa: Optional[str],

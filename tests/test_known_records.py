@@ -167,3 +167,59 @@ def test_the_manuals_example_record_reads(tmp_path):
     example = re.search(r"```toml\n(.*?)```", page, re.S).group(1)
     (record,) = read_records(_write(tmp_path, example))
     assert record.name == "mine-odd-lengths" and record.condition.versions == {"torch": ">=2.4,<2.5"}
+
+
+BEHAVIOUR = """
+[[behaviour]]
+name = "planted-behaviour"
+behaviour = "nan_query_rows"
+policy = "zero"
+libraries = ["torch"]
+condition = "torch>=2.13,<2.14; device=cpu"
+when = "short_keys_no_attn_mask"
+kernel = "aten::_scaled_dot_product_flash_attention_for_cpu"
+kernel_when = "no_attn_mask"
+kind = "bug"
+reason = "a planted behaviour"
+"""
+
+
+def test_a_known_behaviour_record_reads_with_its_named_conditions(tmp_path):
+    from suite.known import KERNEL_WHEN, WHEN, read_behaviours
+
+    (k,) = read_behaviours(_write(tmp_path, BEHAVIOUR))
+    assert k.where.when is WHEN["short_keys_no_attn_mask"][0]
+    assert k.kernel_when is KERNEL_WHEN["no_attn_mask"]
+    assert k.where.text().startswith("torch>=2.13,<2.14; device=cpu; fewer keys than one")
+    assert k.libraries == {"torch"} and k.reason == "a planted behaviour"
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (("kind = \"bug\"", "kind = \"bug\"\nwhy = 1"), "unknown field(s) why; known: name"),
+    (("policy = \"zero\"\n", ""), "missing required field(s) policy"),
+    (("\"nan_query_rows\"", "\"nan_rows\""), "behaviour: expected one of"),
+    (("policy = \"zero\"", "policy = \"mean\""), "policy: expected one of"),
+    (("\"short_keys_no_attn_mask\"", "\"short_keys\""), "when: expected one of"),
+    (("\"no_attn_mask\"", "\"no_mask\""), "kernel_when: expected one of"),
+    (("device=cpu", "device=cpu; isa=avx3"), "condition: isa: unknown"),
+    (("libraries = [\"torch\"]", "libraries = []"), "libraries: expected a list of names"),
+])
+def test_a_wrong_known_behaviour_is_one_line_naming_the_file_and_the_record(tmp_path, edit,
+                                                                          needle):
+    from suite.known import DeclarationError, read_behaviours
+
+    path = _write(tmp_path, BEHAVIOUR.replace(*edit))
+    with pytest.raises(DeclarationError) as info:
+        read_behaviours(path)
+    message = str(info.value)
+    assert needle in message and "\n" not in message, message
+    assert message.startswith(f"{path}, record 1 (planted-behaviour): "), message
+
+
+def test_the_suites_known_behaviours_are_complete():
+    from suite.known import KNOWN_BEHAVIOURS
+
+    assert KNOWN_BEHAVIOURS
+    for k in KNOWN_BEHAVIOURS:
+        assert k.versions and k.reason and len(k.reason) <= 170, k.name
+        assert (ROOT / k.repro).exists() and k.upstream.startswith("https://github.com/"), k.name

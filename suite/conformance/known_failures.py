@@ -24,6 +24,7 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+from suite.known import DeclarationError, check_fields, read_tables
 from suite.where import Where, WhereError, parse, split_line
 
 CONFORMANCE = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ FAMILY_TEST = {"mask_forms": "test_mask_form", "wrapper": "test_wrapper",
 NO_CASE_PARAMETER = ("properties", "gradients", "hypothesis")
 
 
-class KnownFailuresError(ValueError):
+class KnownFailuresError(DeclarationError):
     """A known-failures file that cannot be read or a record that is wrong (one line
     naming the file and the record)."""
 
@@ -185,15 +186,7 @@ def _record(raw: Any, path: str, number: int,
     """One ``[[failure]]`` table, validated."""
     name = raw.get("name") if isinstance(raw, dict) else None
     where = f"{path}, record {number}" + (f" ({name})" if isinstance(name, str) else "")
-    if not isinstance(raw, dict):
-        raise KnownFailuresError(f"{where}: expected a [[failure]] table, got {raw!r}")
-    unknown = sorted(set(raw) - set(REQUIRED) - set(OPTIONAL))
-    if unknown:
-        raise KnownFailuresError(f"{where}: unknown field(s) {', '.join(unknown)}; known: "
-                                 f"{', '.join(REQUIRED + OPTIONAL)}")
-    missing = [f for f in REQUIRED if f not in raw]
-    if missing:
-        raise KnownFailuresError(f"{where}: missing required field(s) {', '.join(missing)}")
+    check_fields(raw, where, REQUIRED, OPTIONAL, KnownFailuresError)
     text = {}
     for field in ("name", "kind", "reason", "condition", *OPTIONAL[3:]):
         value = raw.get(field, "")
@@ -232,23 +225,7 @@ def _record(raw: Any, path: str, number: int,
 
 def read_records(path: Union[str, Path]) -> List[KnownFailure]:
     """The records of a known-failures TOML file (``[[failure]]`` tables), validated."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-
-    text = _read_text(path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise KnownFailuresError(f"{path}: not valid TOML: {exc}") from None
-    extra = sorted(set(data) - {"failure"})
-    if extra:
-        raise KnownFailuresError(f"{path}: unknown table(s) {', '.join(extra)}; expected "
-                                 "[[failure]] records only")
-    failures = data.get("failure", [])
-    if not isinstance(failures, list):
-        raise KnownFailuresError(f"{path}: failure: expected [[failure]] records")
+    failures = read_tables(path, "failure", KnownFailuresError)
     tests = catalogue_tests()
     records = [_record(raw, str(path), i, tests) for i, raw in enumerate(failures, 1)]
     seen: Dict[str, int] = {}
