@@ -171,7 +171,7 @@ class NumpyMHA(NumpyCore):
 
     name = "numpy"
     features = NumpyCore.features | {"weights", "decode", "packed", "steps", "static_cache",
-                                     "paged"} | VARIANT_FEATURES
+                                     "paged", "dropout"} | VARIANT_FEATURES
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "
@@ -202,10 +202,20 @@ class NumpyMHA(NumpyCore):
             total += np.exp(sinks - row_max)
         total[total == 0] = 1  # fully masked row: weights stay 0, so its head output is 0
         scores /= total
+        if mask.dropout is not None:  # training mode: inverted dropout, fresh draws each call
+            keep = self.draws().random(scores.shape) >= mask.dropout
+            scores = np.where(keep, scores / scores.dtype.type(1 - mask.dropout), 0).astype(
+                scores.dtype)
         if bias is not None:
             v = np.where(np.isneginf(bias).all(axis=-2)[..., None], 0, v)  # NaN padding: 0*NaN
         heads = scores @ v  # (B, H, L, D)
         return heads, (scores if need_weights else None)
+
+    def draws(self) -> np.random.Generator:
+        """This instance's random generator for dropout, seeded from the OS once."""
+        if getattr(self, "_rng", None) is None:
+            self._rng = np.random.default_rng()
+        return self._rng
 
     # --- score variants (suite.variants), each in the compute dtype ---------------------
     def vary(self, scores: np.ndarray, variants: ScoreVariants) -> np.ndarray:

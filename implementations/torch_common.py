@@ -550,7 +550,9 @@ class TorchModuleCore(TorchCore):
             _check_one_map(p, grad)
         # Cast first, then load: the canonical float64 weights are rounded once, to the run's
         # dtype (loading into a float32 module first would round float64 runs to float32).
-        module = self.build_for(p, shared_input=shared).to(dev, t).eval()
+        module = self.build_for(p, shared_input=shared).to(dev, t)
+        # Training mode only where the problem asks for it (dropout): the module draws then.
+        module = module.train() if p.dropout is not None else module.eval()
         with torch.no_grad():
             self.load_weights(module, p)
 

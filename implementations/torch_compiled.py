@@ -77,20 +77,24 @@ class TorchCompiled(CompiledPerShape, TorchEager):
         allow_recompiles()
 
     @staticmethod
-    def _core(q, k, v, bias, allowed, dead, scale: float):
+    def _core(q, k, v, bias, allowed, dead, scale: float, dropout: Optional[float] = None):
         scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, L, S)
         if bias is not None:
             scores = (scores + bias).masked_fill(~allowed, float("-inf"))
         if dead is not None:
             v = v.masked_fill(dead, 0.0)
-        return masked_softmax(scores) @ v  # (B, H, L, D)
+        weights = masked_softmax(scores)
+        if dropout is not None:  # training mode: inductor draws the dropout mask itself
+            weights = torch.nn.functional.dropout(weights, dropout, training=True)
+        return weights @ v  # (B, H, L, D)
 
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         dead = mask.dead_keys
         if dead is not None and dead.shape[1] not in (1, v.shape[1]):
             v = zero_dead_values(v, mask)
             dead = None
-        return self._compiled(q, k, v, mask.bias, mask.allowed, dead, scale), None
+        return self._compiled(q, k, v, mask.bias, mask.allowed, dead, scale,
+                              mask.dropout), None
 
 
 

@@ -5,6 +5,8 @@ key/value cache (``suite.paging``) is read by indexing the projected pool with t
 
 from __future__ import annotations
 
+import torch
+
 from implementations.torch_common import (
     ALL_LAYOUTS,
     TorchCore,
@@ -19,7 +21,7 @@ from suite.plugin import VARIANT_FEATURES, Deviation
 class TorchEager(TorchCore):
     name = "torch.eager"
     features = TorchCore.features | {"weights", "decode", "packed", "steps", "static_cache",
-                                     "paged"} | VARIANT_FEATURES
+                                     "paged", "dropout"} | VARIANT_FEATURES
     layouts = ALL_LAYOUTS
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
@@ -36,5 +38,7 @@ class TorchEager(TorchCore):
             scores = (scores + mask.bias).masked_fill(~mask.allowed, float("-inf"))
         # fully masked row -> zeros (spec), with a sink too
         weights = masked_softmax(scores, None if variants is None else variants.sinks)
+        if mask.dropout is not None:  # training mode: inverted dropout of the weights
+            weights = torch.nn.functional.dropout(weights, mask.dropout, training=True)
         v = zero_dead_values(v, mask)
         return weights @ v, (weights if need_weights else None)  # (B, H, L, V)

@@ -25,8 +25,9 @@ Code paths of ``nn.MultiheadAttention.forward`` (torch/nn/modules/activation.py 
 
 Not covered: ``average_attn_weights=True`` (it only averages the returned weights over heads;
 the output is the ``torch.nn`` path's), ``add_bias_kv``/``add_zero_attn``/``kdim``/``vdim``
-(they change the problem, not the path), training with dropout (random numbers: no
-reference), and nested-tensor inputs.
+(they change the problem, not the path), and nested-tensor inputs. Training mode with
+dropout (``dropout=p``, ``module.train()``) is the dropout family's (``suite.dropout_cases``,
+judged by the draws' mean and spread); ``torch.nn[fast]`` runs in eval mode only.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class TorchNN(TorchModuleCore):
     need_weights = True  # the path this name measures (with per-head weights)
     # No GQA (one head count for q, k and v); no explicit scale (always 1/sqrt(D)).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
-                          "cross", "weights", "grad"})
+                          "cross", "weights", "grad", "dropout"})
     deviations = {
         "fully_masked_rows": Deviation(
             "nan", "a query row with no key to attend gives NaN, not a zero head output, with "
@@ -104,7 +105,7 @@ class TorchNN(TorchModuleCore):
             raise ValueError(f"num_kv_heads: torch.nn.MultiheadAttention has no GQA, expected "
                              f"{p.H}, got {p.K}")
         return torch.nn.MultiheadAttention(p.E, p.H, bias=p.weights.b_q is not None,
-                                           batch_first=True)
+                                           batch_first=True, dropout=p.dropout or 0.0)
 
     def load_weights(self, mha: torch.nn.Module, p: Problem) -> None:
         packed = adapters.to_packed(p.weights)  # in_proj (3E, E), out_proj (E, E): left-multiply
@@ -150,7 +151,7 @@ class TorchNNSDPA(TorchNN):
     # Every fixed case and the gradients; not the random shapes (the base name's shape
     # handling, which need_weights does not change).
     families = frozenset({"masking", "shapes", "numerics", "properties", "gradients",
-                          "mask_forms", "tiles", "special_values", "contracts"})
+                          "mask_forms", "tiles", "special_values", "contracts", "dropout"})
     contracts = (Contract("agrees_with_weights_path", "agrees", {"need_weights": True},
                           "need_weights=False (SDPA) computes what the need_weights=True path "
                           "does"),)
@@ -162,7 +163,7 @@ class TorchNNFast(TorchNN):
 
     name = "torch.nn[fast]"
     kv_source = "self"
-    features = TorchNN.features - {"weights", "grad", "cross"}
+    features = TorchNN.features - {"weights", "grad", "cross", "dropout"}
     need_weights = False
     contracts = (Contract("agrees_with_weights_path", "agrees", {"need_weights": True},
                           "the inference fast path computes what the need_weights=True path "

@@ -49,6 +49,8 @@ SDPA_FORMS = frozenset({f"{kind}_{shape}" for kind in ("bool", "float")
 
 def _sdpa(q, k, v, mask: AttendMask, scale: float) -> torch.Tensor:
     kw = {"scale": scale}
+    if mask.dropout:  # training mode: SDPA drops attention weights itself (dropout_p)
+        kw["dropout_p"] = mask.dropout
     if HAS_GQA and q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
     if mask.form_name:  # the mask form asked for, as the library takes it
@@ -70,7 +72,8 @@ class TorchSDPA(TorchCore):
     # SDPA takes value heads of their own width (E_v != E: multi-head latent attention)
     # and the decode form: rows at per-batch offsets, as a mask (SDPA has no offset of its own);
     # a packed row as a block-diagonal mask (the jagged path is torch.sdpa[jagged])
-    features = TorchCore.features | {"value_width", "decode", "packed", "steps", "static_cache"}
+    features = TorchCore.features | {"value_width", "decode", "packed", "steps", "static_cache",
+                                     "dropout"}
     layouts = ALL_LAYOUTS  # SDPA takes strided views, slices and expanded tensors as they come
     repeat_kv = not HAS_GQA
     mask_forms = SDPA_FORMS
@@ -196,7 +199,7 @@ def kernel_context(short: str) -> Optional[Callable[[], Any]]:
 # no GQA, no gradient through a masked call: "No available kernel") leaves it undeclared,
 # so those cases are unsupported, never errors.
 FORMS = ("plain", "causal", "mask", "mask_broadcast", "mask_strided", "gqa", "grad", "grad_mask",
-         "qkv_strided", "value_width")
+         "qkv_strided", "value_width", "dropout")
 # Layouts whose q/k/v last dimension is strided (suite.layouts): a backend that refuses
 # "qkv_strided" (flash on the CPU: "No available kernel") does not declare them.
 LAST_STRIDED_LAYOUTS = frozenset({"last_strided", "channels_last"})
@@ -219,6 +222,8 @@ def _probe_form(context: Callable[[], Any], device: str, dtype: torch.dtype, for
             kw["attn_mask"] = torch.zeros(1, 2, 8, 8, device=device, dtype=dtype).transpose(-1, -2)
         elif form == "qkv_strided":  # q, k, v (B, H, L, D) whose last dimension is strided
             q = k = v = torch.randn(1, 2, 16, 8, device=device, dtype=dtype).transpose(-1, -2)
+        elif form == "dropout":  # training mode: the backend draws its own dropout
+            kw["dropout_p"] = 0.5
         elif form == "value_width":  # value heads twice as wide as query/key heads
             v = torch.randn(1, 2, 8, 32, device=device, dtype=dtype)
         elif form == "gqa":
@@ -276,6 +281,8 @@ def declared(forms: Sequence[str]) -> frozenset:
         features -= {"grad"}
     if "value_width" not in forms:
         features -= {"value_width"}
+    if "dropout" not in forms:
+        features -= {"dropout"}
     return frozenset(features)
 
 

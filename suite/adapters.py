@@ -400,6 +400,9 @@ class AttendMask:
     # them); None where the problem has none.
     query_offset: Optional[np.ndarray] = None
     valid_lens: Optional[np.ndarray] = None
+    # Training mode: the probability of dropping each attention weight (``Problem.dropout``,
+    # feature ``dropout``); None in eval mode.
+    dropout: Optional[float] = None
 
     def replace(self, **arrays: Any) -> AttendMask:
         return dataclasses.replace(self, **arrays)
@@ -442,7 +445,8 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
     m = problem.mask
     variants = score_variants(problem, put_float)
     if m.is_empty():
-        return AttendMask(causal_align=m.causal_align, variants=variants)
+        return AttendMask(causal_align=m.causal_align, variants=variants,
+                          dropout=problem.dropout)
     parts = split_mask(problem, key_padding=False, native_causal=())  # everything in "mask"
     dead = parts.dead_keys()
     form_name, form = requested_form(problem) or "", None
@@ -454,7 +458,8 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
                       None if dead is None else put_bool(dead), m.kinds == {"causal"},
                       m.kinds, m.causal_align, form_name, form, variants,
                       *(None if a is None else np.asarray(a, np.int64)
-                        for a in (m.segments, m.query_offset, m.valid_lens)))
+                        for a in (m.segments, m.query_offset, m.valid_lens)),
+                      dropout=problem.dropout)
 
 
 # ------------------------------------------------------------------------- mask forms

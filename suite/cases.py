@@ -19,7 +19,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from suite import decode_cases, generation_cases, packed_cases, paged_cases, variant_cases
+from suite import (
+    decode_cases,
+    dropout_cases,
+    generation_cases,
+    packed_cases,
+    paged_cases,
+    variant_cases,
+)
 from suite.check import Outcome, run_problem
 from suite.layouts import LAYOUTS, with_layout
 from suite.plugin import Implementation, declared
@@ -788,6 +795,11 @@ for _name, _build, _kw in packed_cases.BUILDERS:
 # --- paged: the decode form's cache in a pool of blocks, read through a table (paged_cases) ---
 for _name, _build, _kw in paged_cases.BUILDERS:
     case(paged_cases.FAMILY, _name, **_kw)(_build)
+
+
+# --- dropout: training mode, judged by the draws' mean and spread (suite.dropout_cases) -----
+for _name, _build, _kw in dropout_cases.BUILDERS:
+    case(dropout_cases.FAMILY, _name, **_kw)(_build)
 
 
 def by_family() -> Dict[str, List[Case]]:

@@ -94,6 +94,9 @@ FEATURE_MEANINGS: Dict[str, str] = {
              "then decode steps), each against its own key/value cache",
     "static_cache": "with steps, a static cache of Problem.cache_len slots rather than a "
                     "growing one",
+    "dropout": "training mode: dropout of probability Problem.dropout on the attention "
+               "weights (the kept ones scaled by 1 / (1 - p)), from the library's own random "
+               "draws (AttendMask.dropout)",
     "cross": "Lq != Lk",
     "gqa": "fewer kv heads than query heads (GQA, MQA)",
     "scale": "an explicit scale instead of 1/sqrt(D)",

@@ -167,6 +167,10 @@ class Problem:
     # (``suite.paging``): the same logical problem, which the oracle judges; a plugin that
     # declares feature ``paged`` reads the pool ``suite.paging.paged_cache`` builds.
     paging: Optional[Paging] = None
+    # Training mode (the dropout family, suite.dropout_cases): each attention weight dropped
+    # with this probability and the kept ones scaled by 1 / (1 - p), drawn by the library;
+    # the oracle gives the expectation (the eval-mode answer). None: eval mode.
+    dropout: Optional[float] = None
 
     # Shape facts, derived from the arrays.
     @property
@@ -226,6 +230,8 @@ class Problem:
             out.add("static_cache")
         if self.paging is not None:
             out.add("paged")
+        if self.dropout is not None:
+            out.add("dropout")
         return frozenset(out)
 
     def has_variants(self) -> bool:
@@ -368,6 +374,8 @@ def validate(p: Problem, finite: bool = True) -> None:
             _expect(name.startswith("b_"), f"weights.{name}", f"an array of shape {shape}", None)
             continue
         _expect(np.shape(arr) == shape, f"weights.{name}", f"shape {shape}", f"{np.shape(arr)}")
+    _expect(p.dropout is None or (_is_real(p.dropout) and 0 <= p.dropout < 1), "dropout",
+            "None (eval mode) or a probability in [0, 1)", repr(p.dropout))
     m = p.mask
     if m.valid_lens is not None:
         vl = np.asarray(m.valid_lens)

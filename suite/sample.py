@@ -56,6 +56,8 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # one-query paged kernel takes); a page size that divides no length; rows at offsets
     # inside the cache, the later blocks hidden by causality alone
     "paged": ("shared_prefix", "page_not_dividing", "rows_at_offsets"),
+    # training mode with dropout 0 is eval mode; the draws' mean and spread, no mask
+    "dropout": ("p_zero_is_eval", "mean_and_spread"),
     "hypothesis": ("random_shapes",),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once

@@ -159,7 +159,7 @@ def test_sdpa_backend_declares_only_the_forms_its_probes_ran(monkeypatch):
     assert flash.name == "torch.sdpa[flash]"
     assert "gqa" not in flash.features and "grad" in flash.features
     assert {"bias", "valid_lens", "causal"} <= flash.features
-    assert set(flash.runs) == {"causal", "mask", "grad"}
+    assert set(flash.runs) == {"causal", "mask", "grad", "dropout"}  # dropout: not refused here
     assert "last_strided" not in flash.layouts and "transposed" in flash.layouts
     impl = flash()
     by_case = {name: check.run_case(impl, flash.name, "cpu", "float32", get(family, name)).outcome

@@ -1,0 +1,90 @@
+"""Planted training-mode dropout bugs on the NumPy reference: the dropout family must fail
+each, and the reference pass. Each computes the eval-mode weights, then drops them its
+own wrong way."""
+
+import numpy as np
+
+from implementations.numpy_mha import NumpyMHA
+
+
+class _Dropped(NumpyMHA):
+    """The eval-mode weights, then ``drop`` (the bug) applied to them."""
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        p = mask.dropout
+        heads, weights = super().attend(q, k, v, mask.replace(dropout=None), scale, True)
+        if not p:
+            return heads, weights if need_weights else None
+        weights = self.drop(weights, p).astype(weights.dtype)
+        return weights @ v, (weights if need_weights else None)
+
+    def drop(self, w, p):
+        raise NotImplementedError
+
+
+class NoRescale(_Dropped):
+    """Drops weights but does not scale the kept ones by 1 / (1 - p)."""
+
+    name = "bug.dropout_no_rescale"
+
+    def drop(self, w, p):
+        return np.where(self.draws().random(w.shape) >= p, w, 0)
+
+
+class Ignored(_Dropped):
+    """Declares dropout, computes the eval-mode answer in training mode."""
+
+    name = "bug.dropout_ignored"
+
+    def drop(self, w, p):
+        return w
+
+
+class KeepProbability(_Dropped):
+    """Takes p as the probability of keeping a weight (a convention mixed up)."""
+
+    name = "bug.dropout_keep_probability"
+
+    def drop(self, w, p):
+        return np.where(self.draws().random(w.shape) < p, w / p, 0)
+
+
+class SameMask(_Dropped):
+    """Draws its mask from a generator seeded anew at every call: the same mask each time."""
+
+    name = "bug.dropout_same_mask"
+
+    def drop(self, w, p):
+        return np.where(np.random.default_rng(0).random(w.shape) >= p, w / (1 - p), 0)
+
+
+class OneMaskForAllHeads(_Dropped):
+    """Draws one mask per batch item, row and key, shared by every head."""
+
+    name = "bug.dropout_one_mask_all_heads"
+
+    def drop(self, w, p):
+        B, H, L, S = w.shape
+        keep = self.draws().random((B, 1, L, S)) >= p
+        return np.where(keep, w / (1 - p), 0)
+
+
+class OnTheOutput(_Dropped):
+    """Drops whole output rows of a head (the head output) instead of weights."""
+
+    name = "bug.dropout_on_head_rows"
+
+    def drop(self, w, p):
+        B, H, L, S = w.shape
+        return np.where(self.draws().random((B, H, L, 1)) >= p, w / (1 - p), 0)
+
+
+class DropsAtZero(NumpyMHA):
+    """In training mode drops with 0.1 whatever p says (p = 0 included)."""
+
+    name = "bug.dropout_at_zero"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.dropout is not None:
+            mask = mask.replace(dropout=0.1)
+        return super().attend(q, k, v, mask, scale, need_weights)
