@@ -13,9 +13,11 @@
 - ``pallas.gpu.decode``: ``ops.gpu.decode_attention.gqa``, one query (``PallasGpuDecode``).
 - ``pallas.tpu.paged``: ``ops.tpu.paged_attention.paged_attention``, one query per sequence
   against a paged key/value cache read through its block table (``PallasTpuPaged``).
+- ``pallas.gpu.paged``: ``ops.gpu.paged_attention.paged_attention``, the same form
+  (``PallasGpuPaged``).
 
 ``pallas.gpu.flash``, ``pallas.tpu.flash`` and ``pallas.tpu.splash`` also run their kernels'
-backward (gradients); ``pallas.gpu.decode`` and ``pallas.tpu.paged`` are forward only.
+backward (gradients); ``pallas.gpu.decode`` and the paged kernels are forward only.
 
 On their accelerator they run compiled (``cuda:i`` / ``tpu:i``); on a CPU they run under
 Pallas's interpreter (device ``cpu-interpret``): ``interpret=True`` for the GPU kernels,
@@ -458,6 +460,25 @@ class PallasGpuDecode(PallasCore):
         return out[:, :, None], None  # (B, H, 1, D)
 
 
+def check_paged_step(name: str, problem: Problem) -> None:
+    """Raise ``Unsupported`` unless ``problem`` is what a paged decode kernel takes: a paged
+    cache, one query per sequence, and that row seeing exactly its cache's filled slots (the
+    kernels mask by the lengths alone)."""
+    if problem.paging is None:
+        raise Unsupported(f"{name} reads a paged key/value cache only (Problem.paging: the "
+                          f"paged family)")
+    if problem.L != 1:
+        raise Unsupported(f"{name} takes one query per sequence (Lq = 1); got Lq={problem.L}")
+    B, S = problem.B, problem.S
+    sees = problem.mask.dense_allowed(B, 1, 1, S)[:, 0, 0]  # (B, S)
+    filled = np.arange(S)[None, :] < lengths_of(problem)[:, None]  # (B, S)
+    if not np.array_equal(sees, filled):
+        b = int(np.flatnonzero((sees != filled).any(axis=1))[0])
+        raise Unsupported(f"{name} masks by the cache lengths alone: the one row must see "
+                          f"exactly its sequence's filled slots (sequence {b} sees "
+                          f"{int(sees[b].sum())} of its {int(filled[b].sum())})")
+
+
 class PallasTpuPaged(PallasTpuCore):
     """``ops.tpu.paged_attention.paged_attention``: one query per sequence (q (B, H, D))
     against a paged key/value cache, the pool (K, N, P, D) read page by page through the
@@ -479,20 +500,7 @@ class PallasTpuPaged(PallasTpuCore):
     repeat_kv = False  # the kernel reads K kv heads itself
 
     def check_shapes(self, problem: Problem, device: str) -> None:
-        if problem.paging is None:
-            raise Unsupported(f"{self.name} reads a paged key/value cache only "
-                              f"(Problem.paging: the paged family)")
-        if problem.L != 1:
-            raise Unsupported(f"{self.name} takes one query per sequence (Lq = 1); "
-                              f"got Lq={problem.L}")
-        B, S = problem.B, problem.S
-        sees = problem.mask.dense_allowed(B, 1, 1, S)[:, 0, 0]  # (B, S)
-        filled = np.arange(S)[None, :] < lengths_of(problem)[:, None]  # (B, S)
-        if not np.array_equal(sees, filled):
-            b = int(np.flatnonzero((sees != filled).any(axis=1))[0])
-            raise Unsupported(f"{self.name} masks by the cache lengths alone: the one row must "
-                              f"see exactly its sequence's filled slots (sequence {b} sees "
-                              f"{int(sees[b].sum())} of its {int(filled[b].sum())})")
+        check_paged_step(self.name, problem)
 
     def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
                      scale: float, S: int):
@@ -502,4 +510,37 @@ class PallasTpuPaged(PallasTpuCore):
                               k_pages.transpose(2, 0, 1, 3),  # (K, N, P, D)
                               v_pages.transpose(2, 0, 1, 3), lengths, block_table,
                               pages_per_compute_block=1)  # (B, H, D)
+        return out[:, :, None]  # (B, H, 1, D)
+
+
+class PallasGpuPaged(PallasCore):
+    """``ops.gpu.paged_attention.paged_attention``: the GPU paged decode kernel, one query per
+    sequence against the pool (K, N, P, D) read through ``block_tables`` (B, T) up to
+    ``lengths`` (B,), the same form as ``pallas.tpu.paged`` (``check_paged_step``). Each
+    sequence's pages are split in ``k_splits`` partitions combined at the end (its assert:
+    k_splits divides T): the library's default 16, cut to the largest divisor of T, so the
+    partitions past a sequence's length are skipped and the combine sees them empty. Query
+    heads in blocks of ``block_h`` = 16 (its default; fewer heads per kv head are padded).
+    GQA in the kernel; no scale (q is scaled before it).
+    """
+
+    name = "pallas.gpu.paged"
+    platform = "gpu"
+    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale"})
+    repeat_kv = False  # the kernel reads K kv heads itself
+    deviations = {"float32_dots": tf32_on_gpu("the kernel's float32 dots")}
+
+    def check_shapes(self, problem: Problem, device: str) -> None:
+        check_paged_step(self.name, problem)
+        T = problem.paging.block_table.shape[1]
+        self.k_splits = max(n for n in range(1, min(16, T) + 1) if T % n == 0)
+
+    def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
+                     scale: float, S: int):
+        from jax.experimental.pallas.ops.gpu import paged_attention as pa
+
+        out = pa.paged_attention((q[:, :, 0] * scale).astype(q.dtype),  # (B, H, D)
+                                 k_pages.transpose(2, 0, 1, 3),  # (K, N, P, D)
+                                 v_pages.transpose(2, 0, 1, 3), block_table, lengths,
+                                 k_splits=self.k_splits, interpret=self.interpret)  # (B, H, D)
         return out[:, :, None]  # (B, H, 1, D)

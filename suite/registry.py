@@ -66,6 +66,7 @@ BUILTINS: Dict[str, str] = {
     "pallas.tpu.splash": "implementations.pallas_attention:PallasTpuSplash",
     "pallas.gpu.decode": "implementations.pallas_attention:PallasGpuDecode",
     "pallas.tpu.paged": "implementations.pallas_attention:PallasTpuPaged",
+    "pallas.gpu.paged": "implementations.pallas_attention:PallasGpuPaged",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {

@@ -153,15 +153,20 @@ ONE_ROW_AT_THE_END = {"shared_prefix", "one_row_shuffled", "page_not_dividing",
                       "block_boundary", "gqa"}
 
 
-def test_the_pallas_tpu_paged_kernel_reads_the_pool_through_its_table():
-    """JAX's Pallas TPU paged_attention, interpreted, in bfloat16 (its pages are read at
-    bfloat16 precision in every dtype: the plugin's docstring): every case of one row at its
+@pytest.mark.parametrize("kernel, dtype", [
+    # the TPU kernel reads its pages at bfloat16 precision in every dtype (its docstring)
+    ("PallasTpuPaged", "bfloat16"),
+    ("PallasGpuPaged", "float32"),
+])
+def test_the_pallas_paged_kernels_read_the_pool_through_their_table(kernel, dtype):
+    """JAX's Pallas paged_attention kernels, interpreted: every case of one row at its
     cache's end passes; rows at offsets or several rows are unsupported, with the reason."""
     pytest.importorskip("jax")
-    from implementations.pallas_attention import PallasTpuPaged
+    from implementations import pallas_attention
 
+    impl = getattr(pallas_attention, kernel)()
     for c in PAGED:
-        out = _run_interpreted(PallasTpuPaged(), c.name, "bfloat16")
+        out = _run_interpreted(impl, c.name, dtype)
         if c.name in ONE_ROW_AT_THE_END:
             assert out.outcome == "pass", (c.name, out.reason)
         else:
@@ -169,20 +174,22 @@ def test_the_pallas_tpu_paged_kernel_reads_the_pool_through_its_table():
                 (c.name, out.outcome, out.reason)
 
 
-def test_the_pallas_tpu_paged_kernel_is_given_the_table_not_the_logical_cache():
+@pytest.mark.parametrize("kernel, dtype", [("PallasTpuPaged", "bfloat16"),
+                                           ("PallasGpuPaged", "float32")])
+def test_the_pallas_paged_kernels_are_given_the_table_not_the_logical_cache(kernel, dtype):
     """The same plugin handing the kernel a table shifted by one entry fails: the kernel
     reads the pool through the table the plugin gives it."""
     pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    from implementations.pallas_attention import PallasTpuPaged
+    from implementations import pallas_attention
 
-    class Shifted(PallasTpuPaged):
-        name = "bug.pallas_tpu_paged_shifted_table"
+    class Shifted(getattr(pallas_attention, kernel)):
+        name = "bug.pallas_paged_shifted_table"
 
         def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask, scale, S):
             shifted = jnp.concatenate([block_table[:, 1:], block_table[:, -1:]], axis=1)
             return super().attend_paged(q, k_pages, v_pages, shifted, lengths, mask, scale, S)
 
-    out = _run_interpreted(Shifted(), "one_row_shuffled", "bfloat16")
+    out = _run_interpreted(Shifted(), "one_row_shuffled", dtype)
     assert out.outcome == "fail", (out.outcome, out.reason)
