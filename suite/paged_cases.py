@@ -12,7 +12,8 @@ unused entries point at garbage blocks. Cases: one row per sequence over a shuff
 a page size that divides no length, lengths that end exactly on a block boundary (the next
 entry is garbage), a prefix of blocks shared read-only by sequences (one of them ending
 inside a shared block), GQA and MQA caches, a few rows per sequence at the cache's end, and
-rows at offsets inside the cache (causality at the offset hides the later tokens).
+rows at offsets inside the cache (causality at the offset hides the later tokens); and one
+module's paged and unpaged reads of one cache agreeing (``agrees_with_unpaged``).
 
 A plugin without ``paged`` reports every case unsupported (``suite.paging`` says why).
 ``suite.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
@@ -140,3 +141,31 @@ def _rows_at_offsets(seed):
     """Two rows per sequence at offsets 3, 8 and 0 inside caches filled to 16, 11 and 7
     (pages of 4): causality at the offset hides the later blocks the table still names."""
     return paged_decode(seed, 2, [16, 11, 7], 4, offsets=[3, 8, 0])
+
+
+def _judge_unpaged(impl: Any, out: Any, p: Problem) -> Any:
+    """The paged problem against the same problem unpaged (its logical key and value): one
+    module's two reads of one cache (through a block table, or as one array per sequence)
+    differ by no more than two results within the rule's bound can."""
+    from suite.agreement import max_abs_err
+    from suite.check import attempt, slack_for
+
+    unpaged = dataclasses.replace(p, paging=None)
+    res, refused = attempt(impl, [p, unpaged], out.device, out.dtype)
+    if refused:
+        return out.classify(*refused)
+    errs = [max_abs_err(res[0].output[b], res[1].output[b]) for b in range(p.B)]
+    worst = int(np.argmax(errs))
+    bound = max(slack_for(impl, out, q) for q in (p, unpaged))
+    if not errs[worst] <= bound:
+        out.classify("fail", f"paged vs unpaged: max abs {errs[worst]:.3g} > {bound:.3g} "
+                             f"(sequence {worst})")
+    return out
+
+
+@case("agrees_with_unpaged", judge=_judge_unpaged)
+def _agrees_with_unpaged(seed):
+    """Two rows per sequence at the end of caches filled to 15, 10 and 6 on pages of 5,
+    sequence 2 sharing sequence 0's first block, and the same problem unpaged: one module's
+    paged and contiguous caches give every sequence the same rows."""
+    return paged_decode(seed, 2, [15, 10, 6], 5, shared=[(2, 0, 1)])

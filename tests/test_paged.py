@@ -124,7 +124,7 @@ def test_a_plugin_without_the_feature_is_unsupported():
 
 @pytest.mark.parametrize("bug, passes", [
     ("OffByOneBlock", set()),
-    # every case but the two with pages of 5 and of 3 slots has the page size it assumes
+    # every case but the three with pages of 5 and of 3 slots has the page size it assumes
     ("FixedPageSize", {"shared_prefix", "one_row_shuffled", "block_boundary", "gqa",
                        "few_rows", "rows_at_offsets"}),
     # only a block shared past one sequence's length is written under another
