@@ -34,6 +34,8 @@ SHOWS = {
                                  r"query_mask argument: max change of the output 0\.0 "),
     "pallas-gpu-causal-long-query": ("jax", {}, r"WRONG"),
     "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
+    # compiled for a GPU only (its interpreter, which a CPU runs, is right)
+    "pallas-gpu-decode-cuda": ("jax", {}, r"compiled kernel WRONG"),
     "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
     "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
     "pallas-tpu-paged-bf16-pages": ("jax", {}, r"float32 pages: max error vs attention over "
@@ -54,7 +56,7 @@ SHOWS = {
     "sdpa-negative-scale-nan-cuda": ("torch", {}, r"(?:FLASH|CUDNN)_ATTENTION +negative scale: NaN in [1-9]"),
 }
 # Behaviours of GPU kernels: their reproducers run where torch sees a CUDA device.
-CUDA_ONLY = {"sdpa-negative-scale-nan-cuda"}
+CUDA_ONLY = {"sdpa-negative-scale-nan-cuda", "pallas-gpu-decode-cuda"}
 
 
 # These run at the native level only: inductor generates its own code for the first three (the
