@@ -67,6 +67,20 @@ def crash_record(nodeid: str, said: str) -> Optional[dict]:
                                  f"segfault); the run went on without it").record()
 
 
+class _AfterSelection:
+    """The session's step that must see the items every other selection left (-k, -m, the
+    sample): a hook of its own, trylast, while the session's grouping markers go on before
+    pytest-xdist reads them (its hook is trylast too)."""
+
+    def __init__(self, session: ConformanceSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: List[pytest.Item]) -> None:
+        self.session.after_selection(config, items)
+
+
 def family(item: pytest.Item) -> Optional[str]:
     """The case family of a conformance test (its case's, else its module's); None for a
     test that runs no implementation."""
@@ -135,6 +149,7 @@ class ConformanceSession:
             session = cls(config)
             session.handle_sigterm()
             config.pluginmanager.register(session, PLUGIN_NAME)
+            config.pluginmanager.register(_AfterSelection(session), PLUGIN_NAME + "_after")
             config.stash[SESSION] = session
         return session
 
@@ -194,7 +209,6 @@ class ConformanceSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
 
-    @pytest.hookimpl(trylast=True)  # after -k and -m: the sample and shard see what they leave
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: List[pytest.Item]) -> None:
         """An implementation's cases of one family form one xdist group (``--dist loadgroup``
@@ -204,19 +218,25 @@ class ConformanceSession:
         other cores idle. The property-based cases run first: each runs many examples (on a
         compiled plugin, one compile each: torch.flex's took 137 s of a 240 s run), and
         started last, one of them left a worker running alone at the end (longest first is
-        the classic fix). With --progress, a bar with an ETA."""
+        the classic fix). The markers must be on the items before pytest-xdist reads them
+        (its own hook, trylast); the shard and the progress bar come after every selection
+        (``_AfterSelection``)."""
         self.session = session  # (the serial run's session is made after sessionstart)
         if config.getoption("--sample") or config.getoption("--cover"):
             self.take_sample(config, items, cover=config.getoption("--cover"))
             contracts.SAMPLED = True  # a compiler's agreement: half its problems
-        if config.getoption("--shard"):
-            self.take_shard(config, items)
         items.sort(key=lambda it: family(it) != "hypothesis")
         for item in items:
             fam = family(item)
             if fam is not None:
                 group = f"{item.callspec.params['target'][0].name}/{fam}"
                 item.add_marker(pytest.mark.xdist_group(group))
+
+    def after_selection(self, config: pytest.Config, items: List[pytest.Item]) -> None:
+        """The shard (of what -k, -m and the sample left) and, with --progress, a bar with an
+        ETA over what will run."""
+        if config.getoption("--shard"):
+            self.take_shard(config, items)
         if not config.getoption("--progress") or not items or is_worker(config):
             return
         from rich.progress import TextColumn
