@@ -18,6 +18,7 @@ model's config takes it), and a grouped-query cache.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -101,3 +102,36 @@ def _window_in_cache(seed):
 def _gqa_cache(seed):
     """Two key/value heads for four query heads in the cache: a prefill of 4, 3 steps."""
     return generation_problem(seed, (4, 1, 1, 1), K=2)
+
+
+def _judge_prefill(impl: Any, out: Any, p: Problem) -> Any:
+    """The module's prefill, then its decode steps, against its own prefill of the same
+    tokens in one call: each step's rows and the one call's differ by no more than two
+    results within the rule's bound can (the paths' agreement, beside the oracle's verdict
+    on each)."""
+    from suite.agreement import max_abs_err
+    from suite.check import attempt, slack_for
+
+    whole = dataclasses.replace(p, steps=None, cache_len=None)
+    res, refused = attempt(impl, [p, whole], out.device, out.dtype)
+    if refused:
+        return out.classify(*refused)
+    start, worst = 0, (-1.0, 0, 0)
+    for index, n in enumerate(p.steps):
+        err = max_abs_err(res[0].output[:, start:start + n], res[1].output[:, start:start + n])
+        worst = max(worst, (math.inf if math.isnan(err) else err, index, start))
+        start += n
+    bound = max(slack_for(impl, out, q) for q in (p, whole))
+    err, index, start = worst
+    if not err <= bound:  # NaN fails too
+        out.classify("fail", f"decode steps vs the module's own prefill: max abs {err:.3g} > "
+                             f"{bound:.3g} (step {index + 1} of {len(p.steps)}, rows from "
+                             f"{start})")
+    return out
+
+
+@case("agrees_with_prefill", judge=_judge_prefill)
+def _agrees_with_prefill(seed):
+    """A prefill of 5 tokens and 4 single steps, and the same 9 tokens in one call: a
+    module's decode path computes what its prefill path does (#40 item 6)."""
+    return generation_problem(seed, (5, 1, 1, 1, 1))

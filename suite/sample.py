@@ -47,8 +47,10 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     # rows at their own offsets with only causality hiding the later slots (one row: a
     # decode kernel's first); several rows per step; a static cache's unfilled slots
     "decode": ("offsets_alone", "few_rows", "static_cache"),
-    # a prefill then single steps; a static cache; a window whose boundary is in the cache
-    "generation": ("prefill_then_steps", "static_cache", "window_in_cache"),
+    # a prefill then single steps; a static cache; a window whose boundary is in the cache;
+    # the decode steps against the module's own prefill of the same tokens
+    "generation": ("prefill_then_steps", "static_cache", "window_in_cache",
+                   "agrees_with_prefill"),
     # a leak into the next sequence made loud; causality restarting at each boundary;
     # sequences of one token
     "packed": ("loud_neighbour", "causal_docs", "single_token_docs"),

@@ -14,7 +14,7 @@ from suite.problem import InputError, Mask, make_problem
 from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
-         "window_in_cache", "gqa_cache")
+         "window_in_cache", "gqa_cache", "agrees_with_prefill")
 
 
 def _run(impl, name: str, dtype: str = "float64") -> Outcome:
@@ -48,6 +48,18 @@ def test_a_cache_appended_twice_fails_after_its_first_chunk():
     for name in ("prefill_then_steps", "token_by_token", "chunked_prefill", "gqa_cache"):
         out = _run(bug, name)
         assert out.outcome == "fail", (name, out.reason)
+
+
+def test_decode_steps_that_disagree_with_the_module_s_own_prefill_fail_the_contract():
+    """agrees_with_prefill compares the module with itself: a cache appended twice fails it
+    at the first decode step (its prefill path is right), and the reference passes."""
+    from implementations.numpy_mha import NumpyMHA
+
+    assert _run(NumpyMHA(), "agrees_with_prefill", "float32").outcome == "pass"
+    out = _run(_planted().AppendedTwice(), "agrees_with_prefill", "float32")
+    assert out.outcome == "fail", out.reason
+    assert out.reason.startswith("decode steps vs the module's own prefill") \
+        and "(step 2 of 5" in out.reason, out.reason
 
 
 def test_a_sliding_cache_rolled_one_step_early_fails_the_window_case():
