@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from suite import adapters, diagnose, oracle
-from suite.agreement import Comparison, compare
+from suite.agreement import Comparison, compare, max_abs_err
 from suite.known import KnownBehaviour, kernel_calls
 from suite.known import applicable as known_behaviours
 from suite.outputs import check_output
@@ -580,3 +580,22 @@ def slack_for(impl: Implementation, out: Outcome, p: Problem) -> float:
     (twice the rule's bound, with the float32 dots policy it declares there)."""
     dots = dots_policy(impl, out, p)
     return slack(impl, p, out.dtype, dots and dots.policy)
+
+
+def forms_agree(impl: Implementation, out: Outcome, p: Problem, other: Problem,
+                parts: Sequence[Tuple[Any, Any, str]], what: str) -> Outcome:
+    """One module on one problem in two forms (packed and padded, paged and contiguous,
+    steps and one call): run ``p`` and ``other``, compare ``parts`` (index into ``p``'s
+    output, index into ``other``'s, a label naming the part), and fail on the worst part
+    where two results within the rule's bound could not differ so much (twice the bound of
+    either form; NaN fails)."""
+    res, refused = attempt(impl, [p, other], out.device, out.dtype)
+    if refused:
+        return out.classify(*refused)
+    errs = [max_abs_err(res[0].output[a], res[1].output[b]) for a, b, _ in parts]
+    worst = int(np.argmax(errs))  # the first NaN, if any
+    bound = max(slack_for(impl, out, q) for q in (p, other))
+    if not errs[worst] <= bound:
+        out.classify("fail", f"{what}: max abs {errs[worst]:.3g} > {bound:.3g} "
+                             f"({parts[worst][2]})")
+    return out

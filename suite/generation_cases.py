@@ -18,7 +18,6 @@ model's config takes it), and a grouped-query cache.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -109,25 +108,15 @@ def _judge_prefill(impl: Any, out: Any, p: Problem) -> Any:
     tokens in one call: each step's rows and the one call's differ by no more than two
     results within the rule's bound can (the paths' agreement, beside the oracle's verdict
     on each)."""
-    from suite.agreement import max_abs_err
-    from suite.check import attempt, slack_for
+    from suite.check import forms_agree
 
-    whole = dataclasses.replace(p, steps=None, cache_len=None)
-    res, refused = attempt(impl, [p, whole], out.device, out.dtype)
-    if refused:
-        return out.classify(*refused)
-    start, worst = 0, (-1.0, 0, 0)
-    for index, n in enumerate(p.steps):
-        err = max_abs_err(res[0].output[:, start:start + n], res[1].output[:, start:start + n])
-        worst = max(worst, (math.inf if math.isnan(err) else err, index, start))
-        start += n
-    bound = max(slack_for(impl, out, q) for q in (p, whole))
-    err, index, start = worst
-    if not err <= bound:  # NaN fails too
-        out.classify("fail", f"decode steps vs the module's own prefill: max abs {err:.3g} > "
-                             f"{bound:.3g} (step {index + 1} of {len(p.steps)}, rows from "
-                             f"{start})")
-    return out
+    starts = np.cumsum((0,) + p.steps[:-1]).tolist()
+    parts = [((slice(None), rows), (slice(None), rows),
+              f"step {i + 1} of {len(p.steps)}, rows from {start}")
+             for i, (start, n) in enumerate(zip(starts, p.steps))
+             for rows in [slice(start, start + n)]]
+    return forms_agree(impl, out, p, dataclasses.replace(p, steps=None, cache_len=None),
+                       parts, "decode steps vs the module's own prefill")
 
 
 @case("agrees_with_prefill", judge=_judge_prefill)

@@ -142,22 +142,13 @@ def padded_form(p: Problem) -> Tuple[Problem, List[Tuple[int, int, int]]]:
 def _judge_padded(impl: Any, out: Any, p: Problem) -> Any:
     """The packed row against the same sequences padded: each sequence's rows from both
     calls differ by no more than two results within the rule's bound can."""
-    from suite.agreement import max_abs_err
-    from suite.check import attempt, slack_for
+    from suite.check import forms_agree
 
     padded, where = padded_form(p)
-    res, refused = attempt(impl, [p, padded], out.device, out.dtype)
-    if refused:
-        return out.classify(*refused)
-    errs = [max_abs_err(res[0].output[b, start:start + n], res[1].output[i, :n])
-            for i, (b, start, n) in enumerate(where)]
-    worst = int(np.argmax(errs))
-    bound = max(slack_for(impl, out, q) for q in (p, padded))
-    if not errs[worst] <= bound:
-        b, start, n = where[worst]
-        out.classify("fail", f"packed vs padded: max abs {errs[worst]:.3g} > {bound:.3g} "
-                             f"(the sequence of {n} tokens at {start} of row {b})")
-    return out
+    parts = [((b, slice(start, start + n)), (i, slice(0, n)),
+              f"the sequence of {n} tokens at {start} of row {b}")
+             for i, (b, start, n) in enumerate(where)]
+    return forms_agree(impl, out, p, padded, parts, "packed vs padded")
 
 
 @case("agrees_with_padded", judge=_judge_padded)

@@ -147,20 +147,11 @@ def _judge_unpaged(impl: Any, out: Any, p: Problem) -> Any:
     """The paged problem against the same problem unpaged (its logical key and value): one
     module's two reads of one cache (through a block table, or as one array per sequence)
     differ by no more than two results within the rule's bound can."""
-    from suite.agreement import max_abs_err
-    from suite.check import attempt, slack_for
+    from suite.check import forms_agree
 
-    unpaged = dataclasses.replace(p, paging=None)
-    res, refused = attempt(impl, [p, unpaged], out.device, out.dtype)
-    if refused:
-        return out.classify(*refused)
-    errs = [max_abs_err(res[0].output[b], res[1].output[b]) for b in range(p.B)]
-    worst = int(np.argmax(errs))
-    bound = max(slack_for(impl, out, q) for q in (p, unpaged))
-    if not errs[worst] <= bound:
-        out.classify("fail", f"paged vs unpaged: max abs {errs[worst]:.3g} > {bound:.3g} "
-                             f"(sequence {worst})")
-    return out
+    parts = [(b, b, f"sequence {b}") for b in range(p.B)]
+    return forms_agree(impl, out, p, dataclasses.replace(p, paging=None), parts,
+                       "paged vs unpaged")
 
 
 @case("agrees_with_unpaged", judge=_judge_unpaged)
