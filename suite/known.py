@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple, Type, Union
 
 from suite.plugin import POLICIES, array_library
 from suite.where import Where, WhereError, lanes, parse
@@ -154,10 +154,28 @@ def check_fields(raw: Any, where: str, required: Tuple[str, ...], optional: Tupl
         raise error(f"{where}: missing required field(s) {', '.join(missing)}")
 
 
+def record_where(raw: Any, path: Union[str, Path], number: int) -> str:
+    """How a one-line error names a record: its file, its number there and its name."""
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return f"{path}, record {number}" + (f" ({name})" if isinstance(name, str) else "")
+
+
+def text_fields(raw: Dict[str, Any], where: str, fields: Iterable[str],
+                error: Type[DeclarationError] = DeclarationError) -> Dict[str, str]:
+    """The record's string ``fields``, stripped ('' where absent); one line for a field that
+    is not a string."""
+    text = {}
+    for field in fields:
+        value = raw.get(field, "")
+        if not isinstance(value, str):
+            raise error(f"{where}: {field}: expected a string, got {value!r}")
+        text[field] = value.strip()
+    return text
+
+
 def _behaviour(raw: Any, path: str, number: int) -> KnownBehaviour:
     """One ``[[behaviour]]`` table, validated."""
-    name = raw.get("name") if isinstance(raw, dict) else None
-    where = f"{path}, record {number}" + (f" ({name})" if isinstance(name, str) else "")
+    where = record_where(raw, path, number)
     check_fields(raw, where, _REQUIRED, _OPTIONAL)
     lists = {}
     for field in ("libraries", "except_impls"):
@@ -166,12 +184,7 @@ def _behaviour(raw: Any, path: str, number: int) -> KnownBehaviour:
                 field == "libraries" and not value):
             raise DeclarationError(f"{where}: {field}: expected a list of names, got {value!r}")
         lists[field] = value
-    text = {}
-    for field in set(_REQUIRED + _OPTIONAL) - set(lists):
-        value = raw.get(field, "")
-        if not isinstance(value, str):
-            raise DeclarationError(f"{where}: {field}: expected a string, got {value!r}")
-        text[field] = value.strip()
+    text = text_fields(raw, where, set(_REQUIRED + _OPTIONAL) - set(lists))
     if text["behaviour"] not in POLICIES:
         raise DeclarationError(f"{where}: behaviour: expected one of "
                                f"{', '.join(sorted(POLICIES))}, got {text['behaviour']!r}")

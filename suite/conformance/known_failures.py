@@ -24,7 +24,13 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from suite.known import DeclarationError, check_fields, read_tables
+from suite.known import (
+    DeclarationError,
+    check_fields,
+    read_tables,
+    record_where,
+    text_fields,
+)
 from suite.where import Where, WhereError, parse, split_line
 
 CONFORMANCE = Path(__file__).resolve().parent
@@ -184,15 +190,10 @@ def _strings(value: Any, field: str, where: str) -> Tuple[str, ...]:
 def _record(raw: Any, path: str, number: int,
             tests: List[Tuple[str, Optional[str]]]) -> KnownFailure:
     """One ``[[failure]]`` table, validated."""
-    name = raw.get("name") if isinstance(raw, dict) else None
-    where = f"{path}, record {number}" + (f" ({name})" if isinstance(name, str) else "")
+    where = record_where(raw, path, number)
     check_fields(raw, where, REQUIRED, OPTIONAL, KnownFailuresError)
-    text = {}
-    for field in ("name", "kind", "reason", "condition", *OPTIONAL[3:]):
-        value = raw.get(field, "")
-        if not isinstance(value, str):
-            raise KnownFailuresError(f"{where}: {field}: expected a string, got {value!r}")
-        text[field] = value.strip()
+    text = text_fields(raw, where, ("name", "kind", "reason", "condition", *OPTIONAL[3:]),
+                       KnownFailuresError)
     if text["kind"] not in KINDS:
         raise KnownFailuresError(f"{where}: kind: expected one of {', '.join(KINDS)}, got "
                                  f"{text['kind']!r}")
