@@ -107,8 +107,10 @@ class JaxNN(JaxCore):
     name = "jax.nn"
     repeat_kv = False
     # Inference forms (module docstring): offsets and packed rows through its mask, key
-    # lengths and caches through key_value_seq_lengths.
-    features = JaxCore.features | {"decode", "packed", "steps", "static_cache"}
+    # lengths and caches through key_value_seq_lengths; a static cache needs that keyword
+    # (jax 0.4.31's signature has none: its static-cache steps are unsupported, not errors).
+    features = JaxCore.features | {"decode", "packed", "steps"} | (
+        {"static_cache"} if "key_value_seq_lengths" in keywords() else set())
     implementation = None  # let jax choose ("xla" on CPU)
     mask_forms = forms_taken(keywords())
     deviations = {
