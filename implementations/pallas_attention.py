@@ -532,6 +532,11 @@ class PallasGpuPaged(PallasCore):
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         check_paged_step(self.name, problem)
+        P = problem.paging.page_size
+        if not interpreted(device) and P & (P - 1):  # its Triton lowering's ValueError
+            raise Unsupported(f"{self.name} compiled for a GPU takes pages of a power-of-two "
+                              f"size (its Triton lowering wants array sizes that are powers "
+                              f"of two); got page_size={P}")
         T = problem.paging.block_table.shape[1]
         self.k_splits = max(n for n in range(1, min(16, T) + 1) if T % n == 0)
 

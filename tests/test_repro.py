@@ -36,6 +36,8 @@ SHOWS = {
     "pallas-gpu-decode-nan-padding": ("jax", {}, r"padded keys *: .*\[True"),
     # compiled for a GPU only (its interpreter, which a CPU runs, is right)
     "pallas-gpu-decode-cuda": ("jax", {}, r"compiled kernel WRONG"),
+    "pallas-gpu-paged-cuda": ("jax", {}, r"compiled WRONG"),
+    "jax-nn-float16-lengths-cuda": ("jax", {}, r"^float16 .*Lq=1 H=4 K=4 .*: \w*Error"),
     "pallas-tpu-masked-first-block": ("jax", {}, r"-inf: row 0 NaN: True"),
     "pallas-tpu-nan-padding": ("jax", {}, r"filled with nan: NaN in [1-9]"),
     "pallas-tpu-paged-bf16-pages": ("jax", {}, r"float32 pages: max error vs attention over "
@@ -56,7 +58,8 @@ SHOWS = {
     "sdpa-negative-scale-nan-cuda": ("torch", {}, r"(?:FLASH|CUDNN)_ATTENTION +negative scale: NaN in [1-9]"),
 }
 # Behaviours of GPU kernels: their reproducers run where torch sees a CUDA device.
-CUDA_ONLY = {"sdpa-negative-scale-nan-cuda", "pallas-gpu-decode-cuda"}
+CUDA_ONLY = {"sdpa-negative-scale-nan-cuda", "pallas-gpu-decode-cuda", "pallas-gpu-paged-cuda",
+             "jax-nn-float16-lengths-cuda"}
 
 
 # These run at the native level only: inductor generates its own code for the first three (the
