@@ -34,7 +34,7 @@ def install(session: nox.Session, extras: str = "all", gpu: bool = False) -> Non
     session.install(*args)
 
 
-# CI's check runs the covering selection (`--cover`, suite/cover.py): every built-in on every
+# CI's check runs the covering selection (`--cover`, suite/conformance/cover.py): every built-in on every
 # case family in every dtype it has (the main job's sample), every lane length once per
 # implementation, and the cases every known-failure entry names; `--strict-declarations`
 # fails it where an entry or a known library behaviour held and no case needed it. The whole
@@ -135,7 +135,7 @@ def ci_steps(session: nox.Session, steps: Steps) -> None:
               "-m", "not slow", "--durations=15", *session.posargs)
     steps.run("check --cover (native level)", "mha-suite", "check", "--isa", "native",
               *CHECK_CI, "--json", f"{RESULTS}/ci/conformance.json", "--", "--durations=15")
-    # Every lower CPU level of torch's kernels (suite.isa; default and avx2 on an AVX-512
+    # Every lower CPU level of torch's kernels (suite.plugins.isa; default and avx2 on an AVX-512
     # CPU, default on an AVX2 one), each in its own process, on the families where a vector
     # width shows (lanes, special values, masking, tiles, layouts).
     steps.run("check --cover (lower levels)", "mha-suite", "check", "--isa", "lower",
@@ -176,7 +176,7 @@ def check_full(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The conformance cases; posargs go to pytest (e.g. --impl 'torch.*' -k masking)."""
     install(session)
-    session.run("pytest", "--pyargs", "suite.conformance", *session.posargs)
+    session.run("pytest", "--pyargs", "suite.conformance.tests", *session.posargs)
 
 
 @nox.session
@@ -191,7 +191,7 @@ def bench(session: nox.Session) -> None:
 def fidelity(session: nox.Session) -> None:
     """Sweep medians vs torch.utils.benchmark / timeit for one point per framework."""
     install(session)
-    session.run("python", "-m", "suite.fidelity", *session.posargs)
+    session.run("python", "-m", "suite.sweep.fidelity", *session.posargs)
 
 
 @nox.session(default=False)
@@ -209,7 +209,7 @@ def conformance_gpu(session: nox.Session) -> None:
     compiled, not interpreted."""
     install(session, "torch,triton,report,dev", gpu=True)
     session.install("jax[cuda12]")
-    session.run("pytest", "--pyargs", "suite.conformance", "--device", "cuda", *session.posargs)
+    session.run("pytest", "--pyargs", "suite.conformance.tests", "--device", "cuda", *session.posargs)
 
 
 @nox.session

@@ -2,9 +2,9 @@
 
 Each function returns one page's Markdown; ``docs_tools/gen_pages.py`` (run by mkdocs-gen-files
 during ``mkdocs build``) writes them into the site. Nothing here is written by hand: the
-built-ins come from the registry, the cases from ``suite.catalog``, the vocabularies from
-``suite.plugin``, the command line from ``suite.cli``'s parsers, and the findings from the
-known-failure records, ``suite.known`` and the built-ins' declared deviations.
+built-ins come from the registry, the cases from ``suite.conformance.catalog``, the vocabularies from
+``suite.plugins.interface``, the command line from ``suite.cli``'s parsers, and the findings from the
+known-failure records, ``suite.plugins.known_behaviours`` and the built-ins' declared deviations.
 """
 
 from __future__ import annotations
@@ -41,50 +41,77 @@ def first_paragraph(doc: Optional[str]) -> str:
 
 def builtin_entries() -> List[Tuple[str, Any]]:
     """(name, registry entry) of every built-in known here, sorted by name."""
-    from suite import registry
+    from suite.plugins import registry
 
     reg = registry.build(builtins=True, entry_points=False, env={})
     return sorted(reg.entries.items())
 
 
+FRAMEWORK_TITLES = {"numpy": "NumPy", "torch": "PyTorch", "jax": "JAX and Flax", "keras": "Keras",
+                    "hf": "Hugging Face transformers", "kernels": "Kernels: Triton and Pallas"}
+
+
+def framework_of(entry: Any, name: str) -> str:
+    """The folder of ``implementations/`` a built-in lives in (its framework), from its
+    registered class path; the name's first part where it is unavailable."""
+    from suite.plugins.registry import BUILTINS
+
+    spec = BUILTINS.get(name, "")
+    if spec.startswith("implementations."):
+        return spec.split(".")[1]
+    return {"flax": "jax", "triton": "kernels", "pallas": "kernels"}.get(
+        name.split(".")[0].split("[")[0], name.split(".")[0])
+
+
 def builtins_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
-    from suite.plugin import declared
+    from suite.plugins.interface import declared
 
     entries = builtin_entries() if entries is None else entries
     out = ["# Built-in implementations", "",
-           "Generated from the registry (`suite/registry.py`) in the environment that built "
-           "this site: what `mha-suite list` shows, and what each built-in declares. Devices "
-           "and dtypes are the ones its probes ran here; a built-in whose framework is not "
-           "installed is listed with the reason.", "",
-           "| name | framework | devices: dtypes | features |", "|---|---|---|---|"]
+           "Generated from the registry (`suite/plugins/registry.py`) in the environment that built "
+           "this site: what `mha-suite list` shows, and what each built-in declares, one section "
+           "per framework (the folders of `implementations/`). Devices and dtypes are the ones "
+           "its probes ran here; a built-in whose framework is not installed is listed with the "
+           "reason.", ""]
+    groups: Dict[str, List[Tuple[str, Any]]] = {}
     for name, e in entries:
-        d = e.description
-        if d is None:
-            out.append(f"| `{cell(name)}` | unavailable | {cell(e.error)} | |")
-            continue
-        dev = "; ".join(f"{k}: {', '.join(v)}" for k, v in d.dtypes.items())
-        out.append(f"| [`{cell(name)}`](#{anchor(name)}) | {cell(d.framework)} "
-                   f"{cell(d.framework_version)} | {cell(dev)} | {cell(', '.join(d.features))} |")
-    for name, e in entries:
-        impl = e.impl if e.description is not None else None
-        if impl is None:
-            continue
-        out += ["", f"## `{name}` {{#{anchor(name)}}}", "",
-                class_doc(type(impl)), ""]
-        families = declared(impl, "families")
-        out += [f"- **code path**: `{type(impl).__module__}.{type(impl).__qualname__}`",
-                f"- **mask forms**: {code(sorted(declared(impl, 'mask_forms')))}",
-                f"- **layouts**: {code(sorted(declared(impl, 'layouts')))}",
-                f"- **key/value source**: `{declared(impl, 'kv_source')}`",
-                f"- **families**: {'all' if families is None else code(sorted(families))}"]
-        devs = deviation_rows(impl)
-        if devs:
-            out.append("- **declared deviations**:")
-            out += [f"    - `{b}={p}`{' [where ' + w + ']' if w else ''}: {r}"
-                    for b, p, w, r in devs]
-        else:
-            out.append("- **declared deviations**: none")
-    return "\n".join(out) + "\n"
+        groups.setdefault(framework_of(e, name), []).append((name, e))
+    order = [f for f in FRAMEWORK_TITLES if f in groups] + sorted(set(groups) - set(FRAMEWORK_TITLES))
+    out += ["Frameworks: " + ", ".join(f"[{FRAMEWORK_TITLES.get(f, f)}](#framework-{f})" for f in order)
+            + ".", ""]
+    for fw in order:
+        out += [f"## {FRAMEWORK_TITLES.get(fw, fw)} {{#framework-{fw}}}", "",
+                "| name | version | devices | dtypes | deviations |", "|---|---|---|---|---|"]
+        for name, e in groups[fw]:
+            d = e.description
+            if d is None:
+                out.append(f"| `{cell(name)}` | unavailable | {cell(e.error)} | | |")
+                continue
+            dtypes = sorted({t for v in d.dtypes.values() for t in v})
+            out.append(f"| [`{cell(name)}`](#{anchor(name)}) | {cell(d.framework)} "
+                       f"{cell(d.framework_version)} | {cell(', '.join(d.devices) or 'none')} | "
+                       f"{cell(', '.join(dtypes))} | {cell(', '.join(sorted(d.deviations)) or '-')} |")
+        for name, e in groups[fw]:
+            impl = e.impl if e.description is not None else None
+            if impl is None:
+                continue
+            out += ["", f"### `{name}` {{#{anchor(name)}}}", "", class_doc(type(impl)), ""]
+            families = declared(impl, "families")
+            out += [f"- **code path**: `{type(impl).__module__}.{type(impl).__qualname__}`",
+                    f"- **features**: {code(sorted(e.description.features))}",
+                    f"- **mask forms**: {code(sorted(declared(impl, 'mask_forms')))}",
+                    f"- **layouts**: {code(sorted(declared(impl, 'layouts')))}",
+                    f"- **key/value source**: `{declared(impl, 'kv_source')}`",
+                    f"- **families**: {'all' if families is None else code(sorted(families))}"]
+            devs = deviation_rows(impl)
+            if devs:
+                out.append("- **declared deviations**:")
+                out += [f"    - `{b}={p}`{' [where ' + w + ']' if w else ''}: {r}"
+                        for b, p, w, r in devs]
+            else:
+                out.append("- **declared deviations**: none")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def class_doc(cls: type) -> str:
@@ -102,8 +129,8 @@ def anchor(name: str) -> str:
 
 def deviation_rows(impl: Any) -> List[Tuple[str, str, str, str]]:
     """(behaviour, policy, where, reason) of each declared deviation (per dtype too)."""
-    from suite.plugin import Deviation
-    from suite.where import ANYWHERE
+    from suite.plugins.conditions import ANYWHERE
+    from suite.plugins.declarations import Deviation
 
     rows = []
     for behaviour, decl in sorted(impl.deviations.items()):
@@ -121,9 +148,9 @@ def deviation_rows(impl: Any) -> List[Tuple[str, str, str, str]]:
 # -- vocabularies, cases, command line ------------------------------------------------------------
 
 def mask_forms_page() -> str:
-    from suite.plugin import MASK_FORMS, MASK_PARTS, WINDOW_FORMS
+    from suite.plugins.declarations import MASK_FORMS, MASK_PARTS, WINDOW_FORMS
 
-    out = ["# Mask forms", "", "Generated from `suite.plugin.MASK_FORMS` (the forms the "
+    out = ["# Mask forms", "", "Generated from `suite.plugins.declarations.MASK_FORMS` (the forms the "
            "`mask_forms` family has a case for) and `MASK_PARTS` (the parts they join with "
            "`+`). A plugin declares the forms its library takes natively in `mask_forms`.", "",
            "| form | what reaches the library | window form |", "|---|---|---|"]
@@ -135,13 +162,14 @@ def mask_forms_page() -> str:
 
 
 def features_page() -> str:
-    from suite.plugin import FEATURE_MEANINGS, VARIANT_FEATURES
-    from suite.variants import ALIBI_CONVENTIONS, BUCKETINGS, SCORE_MODS
+    from suite.plugins.declarations import FEATURE_MEANINGS, VARIANT_FEATURES
+    from suite.spec.variants import ALIBI_CONVENTIONS, BUCKETINGS, SCORE_MODS
 
-    out = ["# Features", "", "Generated from `suite.plugin.FEATURE_MEANINGS`: what a plugin may "
-           "declare in `features`. A case whose problem needs a feature the plugin does not "
-           "declare is reported unsupported, never run. The score variants (`suite.variants`) "
-           "are applied in one order: scale, cap, ALiBi and the relative table added, "
+    out = ["# Features", "", "Generated from `suite.plugins.declarations.FEATURE_MEANINGS`: "
+           "what a plugin may declare in `features`. A case whose problem needs a feature "
+           "the plugin does not declare is reported unsupported, never run. The score "
+           "variants (`suite.spec.variants`) are applied in one order: scale, cap, ALiBi and the relative "
+           "table added, "
            "score_mod, then the mask, then the softmax with the sinks in its denominator; a "
            "row with no key to attend gives a zero head output, with a sink too.", "",
            "| feature | meaning | score variant |", "|---|---|---|"]
@@ -157,9 +185,9 @@ def features_page() -> str:
 
 
 def policies_page() -> str:
-    from suite.plugin import POLICIES
+    from suite.plugins.declarations import POLICIES
 
-    out = ["# Policies", "", "Generated from `suite.plugin.POLICIES`: the behaviours a plugin "
+    out = ["# Policies", "", "Generated from `suite.plugins.declarations.POLICIES`: the behaviours a plugin "
            "may declare it differs on (`deviations`), and the policies the suite checks for "
            "each. The affected rows must follow the declared policy; every other row must "
            "pass the agreement rule.", "", "| behaviour | policy | what the affected rows give |",
@@ -170,13 +198,13 @@ def policies_page() -> str:
 
 
 def cases_page() -> str:
-    from suite import catalog
+    from suite.conformance import catalog
 
     by_family: Dict[str, list] = {}
     for case in catalog.ALL:
         by_family.setdefault(case.family, []).append(case)
-    out = ["# Case catalogue", "", "Generated from `suite.catalog` (`suite/cases.py`, "
-           "`suite/mask_forms.py`, `suite/property_cases.py`): every case with fixed inputs, "
+    out = ["# Case catalogue", "", "Generated from `suite.conformance.catalog` (the family "
+           "modules under `suite/conformance/families/`): every case with fixed inputs, "
            f"{len(catalog.ALL)} in {len(by_family)} families. A case's inputs come from the seed "
            "of its family and name (`Case.seed`), so `mha-suite repro` replays any of them.", ""]
     for family, drawn in sorted(catalog.DRAWN.items()):
@@ -293,7 +321,7 @@ def _card(records: List[Any]) -> List[str]:
 
 def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
     from suite.conformance.known_failures import read_records
-    from suite.known import KNOWN_BEHAVIOURS
+    from suite.plugins.known_behaviours import KNOWN_BEHAVIOURS
 
     entries = builtin_entries() if entries is None else entries
     records = [r for path in KNOWN_FILES for r in read_records(path)]
@@ -327,7 +355,7 @@ def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
     out = ["# Findings: what the suite found in real libraries", "",
            "Generated from the known-failure records (`suite/conformance/known_failures.toml`, "
            "and `known_failures_compat.toml` for older versions), "
-           "`suite/known_behaviours.toml` and the built-ins' declared deviations. One section "
+           "`suite/plugins/known_behaviours.toml` and the built-ins' declared deviations. One section "
            "per library; each finding is a card: what it is, the implementations, cases, "
            "devices and dtypes that show it, where the suite checks it (its condition), the "
            "versions it was measured on, its kind (`bug`, or `behaviour`: documented or by "
@@ -349,7 +377,7 @@ def findings_page(entries: Optional[List[Tuple[str, Any]]] = None) -> str:
                     f"call reaches the behaviour (`{k.behaviour}={k.policy}`)  ",
                     f"    **Holds**: {k.where.text()}  ",
                     f"    **Versions**: {k.versions or 'not recorded'} · **Kind**: {k.kind} "
-                    f"(a known behaviour, `suite/known_behaviours.toml`: `{k.name}`)  ",
+                    f"(a known behaviour, `suite/plugins/known_behaviours.toml`: `{k.name}`)  ",
                     f"    **Upstream**: {upstream_link(k.upstream) if k.upstream else 'none found'}"
                     + ("  " if folder else "")]
             if folder:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyCore
+from implementations.numpy.mha import NumpyCore
 
 
 class MyKernel(NumpyCore):
@@ -10,7 +10,7 @@ class MyKernel(NumpyCore):
 
     def attend(self, q, k, v, mask, scale, need_weights):
         # q (B, H, L, D), k and v (B, H, S, D); mask.bias (B, H|1, L, S) with -inf where
-        # masked, or None (suite.adapters.AttendMask).
+        # masked, or None (suite.plugins.adapters.AttendMask).
         bias = mask.bias
         s = q @ k.swapaxes(-1, -2) * scale  # (B, H, L, S)
         if bias is not None:  # masked scores exactly -inf, even where padded keys hold NaN

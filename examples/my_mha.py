@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from suite.plugin import Implementation, Result
+from suite.plugins.interface import Implementation, Result
 
 
 class MyMHA(Implementation):

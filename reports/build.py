@@ -10,8 +10,8 @@ import pandas as pd
 
 from reports import figures, headline, tables
 from reports.frames import MEMORY_DROP_LIMIT, RSS_FLOOR_BYTES, conformance_frame, fit_exponent, sweeps_frame
-from suite import agreement
-from suite.records import read, write_atomic
+from suite.results.records import read, write_atomic
+from suite.spec import agreement
 
 PathLike = Union[str, Path]
 FORMATS = {"median_s": "{:.4g}", "median_s_base": "{:.4g}", "ratio": "{:.3f}"}

@@ -42,7 +42,7 @@ REPORT_MARK = "<title>mha-suite report</title>"  # in the head of every report w
 def check_report_target(out: Path) -> None:
     """Refuse an --out that exists and is not an mha-suite report (a results file, say):
     a report replaces only an earlier report."""
-    from suite.records import ResultsError
+    from suite.results.records import ResultsError
 
     if not out.is_file():
         return
@@ -58,7 +58,7 @@ def check_report_target(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from suite.records import check_writable
+    from suite.results.records import check_writable
 
     out = Path(args.out) if args.out else default_out(args.results[0])
     try:

@@ -1,6 +1,6 @@
 """Results files -> long-form pandas DataFrames, and the scaling-exponent fit.
 
-Files are read (and checked) by ``suite.records``; this module only shapes them.
+Files are read (and checked) by ``suite.results.records``; this module only shapes them.
 ``load(paths)`` reads any mix of sweep files (pytest-benchmark JSON) and conformance
 files, or directories of them (every ``*.json`` inside, recursively). Sweeps give one row
 per point x implementation, measured or not; conformance gives one row per case result.
@@ -18,8 +18,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from suite import records
-from suite.records import Document, machine_ids, read
+from suite.results import records
+from suite.results.records import Document, machine_ids, read
 
 PathLike = Union[str, Path]
 
@@ -109,7 +109,7 @@ def untrusted_share(share: Any, spread: Any) -> Optional[str]:
     return "; ".join(why) or None
 
 
-# When a peak-memory point cannot be trusted. An RSS rise (suite.timing.peak_memory) under
+# When a peak-memory point cannot be trusted. An RSS rise (suite.sweep.timing.peak_memory) under
 # the floor is within what the process's own objects and glibc's heap (blocks under its
 # pinned 128 KiB mmap threshold come from pages already resident) move by. And a problem
 # never needs less memory than the same problem at a shorter length: a point under this
@@ -174,7 +174,7 @@ def conformance_frame(docs: List[Document]) -> pd.DataFrame:
     # A rerun at the same library versions replaces a case; another version (of the
     # framework or of the array library under it) is another environment (a compat matrix
     # merges several into one report), kept beside it.
-    # Each CPU instruction-set level (suite.isa) is its own verdict, kept beside the others.
+    # Each CPU instruction-set level (suite.plugins.isa) is its own verdict, kept beside the others.
     df = _newest(df, ["machine", "impl", "framework_version", "libraries", "device", "isa",
                       "dtype", "test_id"], "created")
     return df.reset_index(drop=True)

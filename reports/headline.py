@@ -20,7 +20,7 @@ from reports.tables import (
     never_measured,
     styles_or_own,
 )
-from suite.plugin import interpreted
+from suite.plugins.interface import interpreted
 
 CASES_NAMED = 3  # cases a verdict names before "+N more"
 BANDS = ("short", "medium", "long")  # length bands of the headline, by the measured lengths

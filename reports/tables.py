@@ -11,10 +11,10 @@ import pandas as pd
 
 from reports.styles import Style, assign, family_order, ordered
 from reports.styles import families as impl_families
-from suite.records import Document, machine_ids, run_facts
-from suite.vocab import OUTCOME_ORDER as WORST_FIRST
-from suite.vocab import Outcome as V
-from suite.where import ISA_LEVELS
+from suite.plugins.conditions import ISA_LEVELS
+from suite.results.records import Document, machine_ids, run_facts
+from suite.results.vocabulary import OUTCOME_ORDER as WORST_FIRST
+from suite.results.vocabulary import Outcome as V
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Outcome:
     colour: str  # its cells' background (the page's CSS is written from these)
 
 
-# The report's words for suite.vocab's outcomes, worst first; a glyph each, so a cell reads
+# The report's words for suite.results.vocabulary's outcomes, worst first; a glyph each, so a cell reads
 # without its colour, and colours at least 20 apart in CIELAB (about 10 under the three
 # colour-vision deficiencies): known failures orange, declared deviations blue.
 _WORDING = {V.FAIL: ("FAIL", "fails", "fail", "✗", "#ee8a8a"),
@@ -94,7 +94,7 @@ def _peaks(extra: Dict[str, Any]) -> List[Tuple[str, str]]:
 
 
 def native_levels(docs: List[Document], ids: Dict[Any, str]) -> Dict[str, str]:
-    """Per machine, the CPU level torch picks natively there (suite.isa), as any of its files
+    """Per machine, the CPU level torch picks natively there (suite.plugins.isa), as any of its files
     records it: one answer for every card of the machine. A file written where torch was
     never imported (the conformance run's main process) records none; its sweep does."""
     out: Dict[str, str] = {}
@@ -106,7 +106,7 @@ def native_levels(docs: List[Document], ids: Dict[Any, str]) -> Dict[str, str]:
 
 
 def _isa(native: Optional[str], d: Document) -> Optional[str]:
-    """The CPU instruction-set levels of a file (suite.isa): its machine's native level
+    """The CPU instruction-set levels of a file (suite.plugins.isa): its machine's native level
     (``native_levels``) and those its records ran at (each record's ``isa``), lowest first;
     a sweep's points record none (a sweep pins no level); None when neither is known."""
     items = (d.doc.get("results") or []) if d.kind == "conformance" else \
@@ -322,7 +322,7 @@ def conformance_matrix(conf: pd.DataFrame, styles: Optional[Dict[str, Style]] = 
     if conf.empty:
         return {"families": [], "rows": [], "groups": []}
     styles = styles_or_own(styles, list(zip(conf["impl"], conf["framework"])))
-    # where a case ran: the device, with the CPU level its library dispatched to (suite.isa)
+    # where a case ran: the device, with the CPU level its library dispatched to (suite.plugins.isa)
     level = conf["isa"].map(lambda x: f"[{x}]" if isinstance(x, str) and x else "") \
         if "isa" in conf else ""
     conf = conf.assign(where=conf["device"].astype(str) + level + " " + conf["dtype"].astype(str))
@@ -419,7 +419,7 @@ def ranking(ok: pd.DataFrame, baseline_impl: Optional[str]) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     keys = [k for k in RANK_KEYS if k in ("mask", "H", "L") or ok[k].nunique() > 1]
-    # a point whose rounds spread too widely for these ratios is marked (suite.timing.spread)
+    # a point whose rounds spread too widely for these ratios is marked (suite.sweep.timing.spread)
     noisy = ok["noisy"].notna() if "noisy" in ok else pd.Series(False, index=ok.index)
     med = ok.assign(noisy=noisy).groupby([*keys, "impl"], dropna=False).agg(
         median_s=("median_s", "median"), noisy=("noisy", "any")).reset_index()

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from suite import registry, shard
-from suite.plugin import declared
-from suite.problem import InputError
-from suite.records import ResultsError
-from suite.selection import PLUGIN_OPTION, add_impl_plugin
+from suite.plugins import registry
+from suite.plugins.interface import declared
+from suite.plugins.selection import PLUGIN_OPTION, add_impl_plugin
+from suite.results.records import ResultsError
+from suite.spec.problem import InputError
+from suite.sweep import shard
 
 CASE_TIMEOUT_S = 300.0  # one conformance case: small problems, but torch.compile compiles
 
@@ -52,7 +53,7 @@ def _registry(args: argparse.Namespace, patterns_required: bool = True) -> regis
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from suite import cache
+    from suite.plugins import cache
 
     if args.refresh:
         cache.refresh()
@@ -77,7 +78,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if e.source != "builtin":
             line += f"  ({e.source})"
         print(line)
-    from suite import isa
+    from suite.plugins import isa
 
     if any(isa.dispatches(e.description) for e in entries):
         levels = isa.machine_levels()
@@ -107,7 +108,7 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     # its lines per implementation name those (summary.outcome_lines), the results file
     # keeps each case's reason. The later -r wins over an ini file's addopts.
     # The command imported suite before pytest starts, which pytest warns it cannot rewrite.
-    out = ["--pyargs", "suite.conformance", "-p", "no:cacheprovider", "-q", "-rfE",
+    out = ["--pyargs", "suite.conformance.tests", "-p", "no:cacheprovider", "-q", "-rfE",
            "-W", "ignore::pytest.PytestAssertRewriteWarning",
            f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
@@ -157,7 +158,8 @@ def conformance_workers(workers: Optional[str], implementations: int) -> int:
 
 def preflight_check(args: argparse.Namespace) -> None:
     """Everything `check` needs, checked before any case runs (one line, exit 2)."""
-    from suite import preflight, records
+    from suite import preflight
+    from suite.results import records
 
     entries = preflight.usable_entries(_registry(args), args.impl)
     args.workers = conformance_workers(getattr(args, "workers", "auto"), len(entries))
@@ -190,7 +192,7 @@ class _SessionOf:
         self.config = config
 
 
-# The families every lower instruction-set level runs (suite.isa): where a vector loop's tail,
+# The families every lower instruction-set level runs (suite.plugins.isa): where a vector loop's tail,
 # a NaN or a row with no key meets a kernel the level changes. The native level runs all.
 ISA_FAMILIES = ("lanes", "special_values", "masking", "tiles", "layouts")
 ISA_ENV = "MHA_SUITE_ISA"  # --isa's default where the option is not given
@@ -200,7 +202,7 @@ def isa_plan(args: argparse.Namespace) -> tuple:
     """(run the native level here?, the lower levels to run in processes of their own, the
     selected implementations whose array library dispatches on the level), checked before any
     work: a level above this CPU's is refused in one line."""
-    from suite import isa
+    from suite.plugins import isa
 
     words = _isa_words(args)
     if words == ["native"]:
@@ -230,7 +232,7 @@ def isa_plan(args: argparse.Namespace) -> tuple:
 def _say_lower_levels_left(args: argparse.Namespace) -> None:
     """One line at the start of a check that runs the native level by default, where this
     CPU has lower levels and a selected implementation dispatches on them."""
-    from suite import isa
+    from suite.plugins import isa
 
     levels = isa.machine_levels()
     if len(levels) < 2:
@@ -274,7 +276,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     process of its own, its records beside the native ones in the same results file."""
     import subprocess
 
-    from suite import isa
+    from suite.plugins import isa
 
     preflight_check(args)
     native, lower, impls = isa_plan(args)
@@ -306,7 +308,7 @@ def _check_here(args: argparse.Namespace) -> int:
     """The conformance run in this process (its native level)."""
     import pytest
 
-    from suite.conformance_session import ConformanceSession
+    from suite.conformance.session import ConformanceSession
 
     holder = _SessionOf()
     code = int(pytest.main(conformance_args(args, args.json), plugins=[holder]))
@@ -333,8 +335,8 @@ def _check_folder(out: Path, argument: str) -> None:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    """Write a reproducer of one conformance case (suite.repro)."""
-    from suite import repro
+    """Write a reproducer of one conformance case (suite.conformance.repro)."""
+    from suite.conformance import repro
 
     try:
         parts = repro.parse(args.case_id)
@@ -361,26 +363,27 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: conformance, the sweep, the report."""
     from reports.cli import build_report, check_report_target
-    from suite import records, sweep
+    from suite.results import records
+    from suite.sweep import presets
 
     out = Path(args.out)
     started = time.monotonic()
     # The conformance matrix covers the dtypes the sweep times (mha-suite check: all).
-    dtypes = args.dtype or sweep.preset_dtypes(args.preset)
+    dtypes = args.dtype or presets.preset_dtypes(args.preset)
     # One screen after the progress bars: totals and what failed (the report has the rest).
     check_args = argparse.Namespace(**{**vars(args), "json": str(out / "conformance.json"),
                                        "dtype": dtypes, "k": None, "sample": not args.full,
                                        "pytest_args": ["--brief-summary", "--disable-warnings",
                                                        "--tb=no", "-rN"]})
-    sweep_args = sweep.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
+    sweep_args = presets.arguments(preset=args.preset, out=str(out), resume=bool(args.resume),
                                  sample=not args.full,
                                  impl=list(args.impl), plugin=list(args.plugin),
                                  progress=args.progress, brief=True,
-                                 device=[w for d in args.device for w in sweep._words(d)] or None)
+                                 device=[w for d in args.device for w in presets._words(d)] or None)
     # All three steps' inputs are checked before the first one starts.
     preflight_check(check_args)
     try:
-        sweep.preflight(sweep_args)
+        presets.preflight(sweep_args)
     except argparse.ArgumentTypeError as exc:
         raise CLIError(str(exc)) from None
     records.check_writable(out / "report.html", "--out")
@@ -397,7 +400,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           "; per-shape compilers at fewer lengths, the rest left to mha-suite sweep")
           + f") -> {out}", flush=True)
     start = time.monotonic()
-    sweep_code = sweep.run(sweep_args)
+    sweep_code = presets.run(sweep_args)
     steps["sweep"] = time.monotonic() - start
     print("[3/3] report", flush=True)
     start = time.monotonic()
@@ -423,7 +426,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _isa_levels(text: str) -> List[str]:
-    from suite import isa
+    from suite.plugins import isa
 
     try:
         return isa.parse_levels(text)
@@ -476,9 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="examples per property-based case (default: the CI bound)")
     p.add_argument("--sample", action="store_true",
                    help="only the main job's sample of the cases: every family, a few cases "
-                        "each (suite/sample.py); what it leaves is counted in the results")
+                        "each (suite/conformance/sample.py); what it leaves is counted in the results")
     p.add_argument("--cover", action="store_true",
-                   help="CI's covering selection (suite/cover.py): the main job's sample, "
+                   help="CI's covering selection (suite/conformance/cover.py): the main job's sample, "
                         "every lane length once per implementation, and the cases every "
                         "known-failure entry names; what it leaves is counted in the results")
     p.add_argument("--strict-declarations", action="store_true",
@@ -487,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", type=shard.parse, default=None, metavar="I/N",
                    help="run part I of N (1-based) of the selected cases, one per machine, "
                         "same install and arguments, a results file each (--json); the report "
-                        "reads the parts together (see suite/shard.py)")
+                        "reads the parts together (see suite/sweep/shard.py)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each case N times on fresh instances (recompiling); a case whose "
                         "outcome changes is reported as flaky (default 1)")
@@ -501,11 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
     p.set_defaults(func=cmd_check)
 
-    from suite import sweep
+    from suite.sweep import presets
 
     p = sub.add_parser("sweep", help="time implementations over a grid (pytest-benchmark)")
-    sweep.add_arguments(p)
-    p.set_defaults(func=sweep.run)
+    presets.add_arguments(p)
+    p.set_defaults(func=presets.run)
 
     from reports import cli as report_cli
 
@@ -527,11 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", action="append", default=[], help="device prefix, e.g. cpu")
     p.add_argument("--dtype", action="append", default=[],
                    help="conformance dtypes (default: the preset's; mha-suite check runs all)")
-    p.add_argument("--preset", default="default", choices=sorted(sweep.PRESETS),
+    p.add_argument("--preset", default="default", choices=sorted(presets.PRESETS),
                    help="sweep preset (default: default)")
     p.add_argument("--full", action="store_true",
                    help="every conformance case and sweep point, as mha-suite check and sweep "
-                        "run them (default: the main job's sample, suite/sample.py: every "
+                        "run them (default: the main job's sample, suite/conformance/sample.py: every "
                         "family with a few cases each, per-shape compilers at fewer lengths)")
     p.add_argument("--out", default="mha-results", help="output directory (default mha-results)")
     p.add_argument("--resume", action="store_true", help="keep finished sweep points")

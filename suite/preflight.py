@@ -1,6 +1,6 @@
 """Checks of a command's inputs before anything is measured.
 
-Each check raises ``suite.problem.InputError`` (``suite.records.ResultsError`` for output
+Each check raises ``suite.spec.problem.InputError`` (``suite.results.records.ResultsError`` for output
 paths) whose one line names the argument, what was expected and what arrived; the CLI
 prints it as ``mha-suite: error: ...`` and exits 2.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, List, Optional, Sequence
 
-from suite.problem import DTYPES, InputError
-from suite.registry import Entry, Registry
+from suite.plugins.registry import Entry, Registry
+from suite.spec.problem import DTYPES, InputError
 
 
 def usable_entries(reg: Registry, patterns: Sequence[str]) -> List[Entry]:

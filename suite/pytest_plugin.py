@@ -11,9 +11,9 @@ from typing import List, Optional
 
 import pytest
 
-from suite import registry as _registry
 from suite import timeouts
-from suite.selection import Selection, add_impl_plugin
+from suite.plugins import registry as _registry
+from suite.plugins.selection import Selection, add_impl_plugin
 from suite.timeouts import TIMED_OUT, Timeout, timed_out  # noqa: F401  (their home until now)
 
 
@@ -33,16 +33,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(derandomised; default 25, 6 for a plugin that compiles each shape, "
                          "5 for an interpreted kernel; raise for longer searches)")
     group.addoption("--sample", action="store_true", default=False,
-                    help="run the main job's sample of the cases (suite.sample): every family, "
+                    help="run the main job's sample of the cases (suite.conformance.sample): every family, "
                          "a few cases each; what it leaves is counted and saved")
     group.addoption("--cover", action="store_true", default=False,
-                    help="run CI's covering selection of the cases (suite.cover): the main "
+                    help="run CI's covering selection of the cases (suite.conformance.cover): the main "
                          "job's sample, every lane length once per implementation, and cases "
                          "named by every known-failure entry; what it leaves is counted")
     group.addoption("--shard", default=None, metavar="I/N",
                     help="run part I of N of the selected cases (1-based; units of one "
                          "implementation's family on one device and dtype, dealt round-robin: "
-                         "suite.shard); one results file per part, the report reads them all")
+                         "suite.sweep.shard); one results file per part, the report reads them all")
     group.addoption("--brief-summary", action="store_true", default=False,
                     help="after the run, totals per outcome and the implementations with a "
                          "failure or error only (the matrix is the report's; the main job)")
@@ -87,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     distributed = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
     if (distributed and not hasattr(config, "workerinput") and not config.option.collectonly
             and _conformance_run(config)):
-        from suite.conformance_session import ConformanceSession
+        from suite.conformance.session import ConformanceSession
 
         ConformanceSession.ensure(config)
 
@@ -155,7 +155,7 @@ def crash_safe_loadgroup() -> type:
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """mha-suite's machine facts (CPU model, cores, GPUs, library versions), in both kinds
     of results file, under ``machine_info["mha_suite"]``."""
-    from suite.records import machine_extension
+    from suite.results.records import machine_extension
 
     machine_info.setdefault("mha_suite", {}).update(machine_extension())
 

@@ -38,8 +38,8 @@ def planted(module: str):
 
 def run_catalog_case(impl, family: str, name: str, dtype: str = "float64"):
     """Case ``family/name`` of the catalogue run on ``impl`` on the CPU: its Outcome."""
-    from suite import catalog
-    from suite.check import Outcome
+    from suite.conformance import catalog
+    from suite.conformance.judge import Outcome
 
     (case,) = [c for c in catalog.of_family(family) if c.name == name]
     return case.run(impl, Outcome(impl.name, "cpu", dtype, case.family, case.name, case.seed,

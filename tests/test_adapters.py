@@ -9,15 +9,17 @@ import itertools
 import numpy as np
 import pytest
 
-from suite import adapters, cases, mask_forms
-from suite.adapters import Param
-from suite.oracle import oracle
-from suite.oracle_grad import grads as oracle_grads
-from suite.plugin import Unsupported
-from suite.problem import GRAD_NAMES, Mask, cotangent, make_problem
+from suite.conformance import cases
+from suite.conformance.families import mask_forms
+from suite.plugins import adapters
+from suite.plugins.adapters import Param
+from suite.plugins.interface import Unsupported
+from suite.spec.oracle import oracle
+from suite.spec.oracle_grad import grads as oracle_grads
+from suite.spec.problem import GRAD_NAMES, Mask, cotangent, make_problem
 
 # Masks only: the special values family's NaN/inf inputs are about arithmetic, not splitting,
-# and the variants family's score variants are not the mask's (suite.variants).
+# and the variants family's score variants are not the mask's (suite.spec.variants).
 MASK_CASES = [c for c in cases.CASES if not c.problem().mask.is_empty()
               and c.family not in ("special_values", "variants")]
 SPLITS = list(itertools.product(("attend", "masked"), (True, False),
@@ -90,7 +92,7 @@ def test_either_causal_flag_serves_when_lq_equals_lk(align, native):
 def test_the_mask_split_is_decided_per_problem():
     """A torch module whose causal flag applies only when no other mask is passed says so in
     ``mask_split_for``: the causal flag alone for a causal problem, one mask otherwise."""
-    torch_common = pytest.importorskip("implementations.torch_common")
+    torch_common = pytest.importorskip("implementations.torch.common")
 
     class FlagOnlyAlone(torch_common.TorchModuleCore):
         def mask_split_for(self, problem):
@@ -116,7 +118,7 @@ def test_the_mask_a_module_wrapper_receives_folds_into_a_tensor_on_its_device():
     """#42 item 3: ``MaskParts.additive()`` on the mask ``call`` receives returned a NumPy
     float64 array (106 cases errored when it went to torch); it is a tensor in the compute
     dtype now, the same values as the NumPy fold."""
-    torch_common = pytest.importorskip("implementations.torch_common")
+    torch_common = pytest.importorskip("implementations.torch.common")
     torch = torch_common.torch
 
     class Plain(torch_common.TorchModuleCore):
@@ -504,8 +506,8 @@ def test_form_mask_refuses_a_mask_the_form_cannot_express():
 
 
 def test_check_interface_refuses_unknown_mask_forms():
-    from implementations.numpy_mha import NumpyMHA
-    from suite.plugin import check_interface
+    from implementations.numpy.mha import NumpyMHA
+    from suite.plugins.interface import check_interface
 
     bad = type("Bad", (NumpyMHA,), {"mask_forms": frozenset({"bool_LS", "bool_2d"})})
     with pytest.raises(TypeError, match=r"unknown mask forms \['bool_2d'\]"):
@@ -527,7 +529,7 @@ def _buggy_library(q, k, v, allowed, scale):
 
 
 def _buggy_plugin():
-    from implementations.numpy_mha import NumpyCore
+    from implementations.numpy.mha import NumpyCore
 
     class Buggy(NumpyCore):
         name = "buggy"
@@ -549,7 +551,7 @@ def _buggy_plugin():
 def test_a_library_broadcast_bug_is_caught_by_mask_forms_only():
     """The planted bug passes every masking case (their masks reach the library
     materialised in full) and fails the mask_forms case of the broken broadcast path."""
-    from suite.check import Outcome, run_case, run_problem
+    from suite.conformance.judge import Outcome, run_case, run_problem
 
     impl = _buggy_plugin()
     spec_rows = ("nan_padding", "nan_padding_one_query", "fully_masked_valid_lens",

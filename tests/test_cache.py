@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite import cache
+from suite.plugins import cache
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_compile_caches_go_to_the_cache_dir_unless_the_user_set_them(cache_dir, 
 
 def _records(**changes) -> list:
     """A complete, usable list of built-in records (as the descriptions cache holds)."""
-    from suite import registry
+    from suite.plugins import registry
 
     desc = {"framework": "numpy", "framework_version": "2", "devices": ["cpu"],
             "dtypes": {"cpu": ["float32"]}, "features": [], "deviations": {}}
@@ -98,7 +98,7 @@ def _records(**changes) -> list:
      False),
 ])
 def test_a_cached_description_that_does_not_hold_here_is_recomputed(cached, usable):
-    from suite import registry
+    from suite.plugins import registry
 
     assert registry.cached_records_usable(cached) is usable
 
@@ -111,7 +111,7 @@ def test_a_run_with_a_library_hidden_stores_nothing(cache_dir):
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from suite import registry\n"
+            "from suite.plugins import registry\n"
             "e = registry.build(entry_points=False).entries['torch.sdpa']\n"
             "print(e.available, e.error)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -177,3 +177,20 @@ def test_refresh_computes_again_and_rewrites(cache_dir, monkeypatch):
     monkeypatch.setattr(cache, "_REFRESH", False)
     monkeypatch.setattr(cache, "_MEMORY", {})
     assert cache.memo("probe", lambda: "newer") == "new"  # what the refresh wrote
+
+
+def test_the_sources_digest_reads_every_wing_and_framework_folder(tmp_path):
+    """A change in any module under suite/ or implementations/, at any depth, is a new key
+    (the cache's descriptions would otherwise outlive the code that made them)."""
+    from suite.plugins.cache import _sources_digest
+
+    wing = tmp_path / "suite" / "spec"
+    wing.mkdir(parents=True)
+    (tmp_path / "implementations" / "torch").mkdir(parents=True)
+    (wing / "problem.py").write_text("A = 1\n")
+    (tmp_path / "implementations" / "torch" / "eager.py").write_text("B = 1\n")
+    first = _sources_digest(tmp_path)
+    (wing / "problem.py").write_text("A = 2\n")
+    second = _sources_digest(tmp_path)
+    (tmp_path / "implementations" / "torch" / "eager.py").write_text("B = 2\n")
+    assert len({first, second, _sources_digest(tmp_path)}) == 3

@@ -11,9 +11,10 @@ import types
 
 import pytest
 
-from suite import check
-from suite.cases import get
-from suite.registry import Registry
+from suite.conformance import judge
+from suite.conformance.cases import get
+from suite.plugins import conditions
+from suite.plugins.registry import Registry
 
 
 class _OldDynamoConfig:
@@ -28,7 +29,7 @@ def test_recompile_limits_are_raised_under_either_name(monkeypatch):
     pytest.importorskip("torch")
     import torch._dynamo
 
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     old = _OldDynamoConfig()
     monkeypatch.setattr(torch._dynamo, "config", old)
@@ -59,7 +60,7 @@ def test_compiled_names_probe_where_dynamo_has_no_fail_on_limit_setting(monkeypa
     pytest.importorskip("torch")
     import torch._dynamo
 
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     real = torch._dynamo.config
 
@@ -85,7 +86,7 @@ def test_eager_fallback_past_the_limit_is_an_error_without_the_setting(monkeypat
 
     import torch._dynamo
 
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     monkeypatch.setattr(torch._dynamo, "config", _OldDynamoConfig())
 
@@ -103,7 +104,7 @@ def test_recompile_limit_new_name_wins_and_is_never_lowered(monkeypatch):
     pytest.importorskip("torch")
     import torch._dynamo
 
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     new = types.SimpleNamespace(recompile_limit=10**6, accumulated_recompile_limit=3)
     monkeypatch.setattr(torch._dynamo, "config", new)
@@ -120,7 +121,7 @@ def _flash_of_torch_2_4(monkeypatch):
     import torch
     import torch.nn.functional as F
 
-    from implementations import torch_sdpa
+    from implementations.torch import sdpa as torch_sdpa
 
     real = F.scaled_dot_product_attention
     pinned = {"on": False}
@@ -153,7 +154,7 @@ def _flash_of_torch_2_4(monkeypatch):
 def test_sdpa_backend_declares_only_the_forms_its_probes_ran(monkeypatch):
     pytest.importorskip("torch")
     _flash_of_torch_2_4(monkeypatch)
-    from implementations import torch_sdpa
+    from implementations.torch import sdpa as torch_sdpa
 
     (flash,) = torch_sdpa.backend_variants()
     assert flash.name == "torch.sdpa[flash]"
@@ -162,7 +163,7 @@ def test_sdpa_backend_declares_only_the_forms_its_probes_ran(monkeypatch):
     assert set(flash.runs) == {"causal", "mask", "grad", "dropout"}  # dropout: not refused here
     assert "last_strided" not in flash.layouts and "transposed" in flash.layouts
     impl = flash()
-    by_case = {name: check.run_case(impl, flash.name, "cpu", "float32", get(family, name)).outcome
+    by_case = {name: judge.run_case(impl, flash.name, "cpu", "float32", get(family, name)).outcome
                for family, name in [("shapes", "gqa"), ("masking", "bias_broadcast"),
                                     ("masking", "bias"), ("masking", "none")]}
     # A missing kernel is "unsupported", never an error; what it runs still passes.
@@ -172,7 +173,7 @@ def test_sdpa_backend_declares_only_the_forms_its_probes_ran(monkeypatch):
 
 def test_sdpa_kernel_falls_back_to_the_pre_2_3_context_manager(monkeypatch):
     torch = pytest.importorskip("torch")
-    from implementations import torch_sdpa
+    from implementations.torch import sdpa as torch_sdpa
 
     monkeypatch.setitem(sys.modules, "torch.nn.attention", None)  # torch 2.2: no such module
     seen = {}
@@ -185,7 +186,7 @@ def test_sdpa_kernel_falls_back_to_the_pre_2_3_context_manager(monkeypatch):
 
 def test_jax_nn_without_dot_product_attention_is_unavailable_with_the_reason(monkeypatch):
     jax = pytest.importorskip("jax")
-    from implementations import jax_nn
+    from implementations.jax import nn as jax_nn
 
     monkeypatch.delattr(jax.nn, "dot_product_attention")
     reg = Registry()
@@ -196,7 +197,7 @@ def test_jax_nn_without_dot_product_attention_is_unavailable_with_the_reason(mon
 
 def test_jax_nn_that_refuses_the_gqa_layout_leaves_gqa_undeclared(monkeypatch):
     jax = pytest.importorskip("jax")
-    from implementations import jax_nn
+    from implementations.jax import nn as jax_nn
 
     real = jax.nn.dot_product_attention
 
@@ -209,12 +210,12 @@ def test_jax_nn_that_refuses_the_gqa_layout_leaves_gqa_undeclared(monkeypatch):
     monkeypatch.setattr(jax_nn.cache, "memo", lambda name, compute: compute())
     impl = jax_nn.JaxNN()
     assert "gqa" not in impl.features
-    out = check.run_case(impl, "jax.nn", "cpu", "float32", get("shapes", "gqa"))
+    out = judge.run_case(impl, "jax.nn", "cpu", "float32", get("shapes", "gqa"))
     assert out.outcome == "unsupported", out.reason
 
 
 def test_builtin_with_no_dtype_anywhere_is_unavailable_with_a_reason():
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     class NoDtypes(NumpyMHA):
         name = "numpy.none"
@@ -235,13 +236,12 @@ def test_sdpa_builtins_declare_nan_fully_masked_rows_before_torch_2_5(monkeypatc
     # Measured on 2.4.0 and 2.4.1: every SDPA path gives NaN rows where no key is left; from
     # 2.5 the spec's zero row is required (and 2.4.0's NaN in rows with keys still fails).
     pytest.importorskip("torch")
-    from implementations.torch_fmha import TorchFMHA
-    from implementations.torch_nn import TorchNNSDPA
-    from implementations.torch_sdpa import TorchSDPA
-    from suite import where
-    from suite.plugin import deviations_for
+    from implementations.torch.fmha import TorchFMHA
+    from implementations.torch.nn import TorchNNSDPA
+    from implementations.torch.sdpa import TorchSDPA
+    from suite.plugins.declarations import deviations_for
 
-    monkeypatch.setattr(where, "installed", lambda dist: version if dist == "torch" else None)
+    monkeypatch.setattr(conditions, "installed", lambda dist: version if dist == "torch" else None)
     for cls in (TorchSDPA, TorchNNSDPA, TorchFMHA):
         got = deviations_for(cls, "float32", "cpu").get("fully_masked_rows")
         assert (got is not None and got.policy == "nan") == declared, cls.name

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite import mask_forms
-from suite.check import Outcome
+from suite.conformance.families import mask_forms
+from suite.conformance.judge import Outcome
 
 torch = pytest.importorskip("torch")
 
@@ -25,8 +25,8 @@ def _outcome(impl, form: str) -> Outcome:
 
 
 def test_every_torch_nn_path_declares_the_causal_flag_alone():
-    from implementations.torch_fmha import TorchFMHA, TorchFMHAWeights
-    from implementations.torch_nn import TorchNN, TorchNNFast, TorchNNSDPA
+    from implementations.torch.fmha import TorchFMHA, TorchFMHAWeights
+    from implementations.torch.nn import TorchNN, TorchNNFast, TorchNNSDPA
 
     for cls in (TorchNN, TorchNNSDPA, TorchNNFast, TorchFMHA, TorchFMHAWeights):
         assert set(FORMS) <= cls.mask_forms, cls.name
@@ -34,8 +34,8 @@ def test_every_torch_nn_path_declares_the_causal_flag_alone():
 
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_a_refused_causal_flag_is_unsupported_in_torchs_words(need_weights):
-    from implementations.torch_fmha import TorchFMHA, TorchFMHAWeights
-    from implementations.torch_nn import TorchNN, TorchNNSDPA
+    from implementations.torch.fmha import TorchFMHA, TorchFMHAWeights
+    from implementations.torch.nn import TorchNN, TorchNNSDPA
 
     for cls in ((TorchNN, TorchFMHAWeights) if need_weights else (TorchNNSDPA, TorchFMHA)):
         for form in FORMS:
@@ -48,7 +48,7 @@ def test_a_refused_causal_flag_is_unsupported_in_torchs_words(need_weights):
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_a_causal_flag_dropped_on_either_path_fails(need_weights):
     """torch 2.0.0's behaviour, planted: is_causal accepted without attn_mask and ignored."""
-    from implementations.torch_nn import TorchNN
+    from implementations.torch.nn import TorchNN
 
     class DropsFlag(TorchNN):
         name = "bug.torch_nn_drops_causal_flag"

@@ -107,7 +107,7 @@ def test_check_names_what_did_not_pass_in_one_short_line_per_implementation(cli,
     assert any(line.startswith("FAILED ") and "bug.no_scale-cpu-float32-masking/none" in line
                for line in lines)
     assert "case masking/none (seed" in proc.stdout and "fail: output: err" in proc.stdout
-    assert "replay: pytest --pyargs suite.conformance" in proc.stdout
+    assert "replay: pytest --pyargs suite.conformance.tests" in proc.stdout
     # the terminal summary after the progress line fits a screen: pytest's sections, the
     # matrix and its lines, and nothing per known failure or deviation
     assert len(lines) < 40, proc.stdout

@@ -8,15 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite import adapters, mask_forms
-from suite.oracle import oracle
-from suite.plugin import call
-from suite.problem import make_problem
+from suite.conformance.families import mask_forms
+from suite.plugins import adapters
+from suite.plugins.interface import call
+from suite.spec.oracle import oracle
+from suite.spec.problem import make_problem
 
 
 def test_torch_nn_fast_takes_the_inference_fast_path(monkeypatch):
     torch = pytest.importorskip("torch")
-    from implementations.torch_nn import TorchNNFast
+    from implementations.torch.nn import TorchNNFast
 
     calls = []
     native = torch._native_multi_head_attention
@@ -43,7 +44,7 @@ def test_torch_nn_fast_takes_the_inference_fast_path(monkeypatch):
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_gpt2_config_names_change_the_module_scale_and_fold_it(option, attn):
     pytest.importorskip("transformers")
-    from implementations import hf_transformers
+    from implementations.hf import transformers as hf_transformers
 
     cls = next(c for c in hf_transformers.variants() if c.name == f"hf.gpt2[{attn},{option}]")
     impl = cls()

@@ -155,8 +155,8 @@ def test_jax_nn_declares_the_forms_its_installed_signature_takes(monkeypatch):
     # are not declared there, and the forms it does take must not be handed keywords it lacks.
     jax = pytest.importorskip("jax")
     np = pytest.importorskip("numpy")
-    from implementations import jax_nn
-    from suite import mask_forms
+    from implementations.jax import nn as jax_nn
+    from suite.conformance.families import mask_forms
 
     real = jax.nn.dot_product_attention
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from suite.problem import Mask, make_problem
+from suite.spec.problem import Mask, make_problem
 
-torch_compiled = pytest.importorskip("implementations.torch_compiled")
+torch_compiled = pytest.importorskip("implementations.torch.compiled")
 
 
 def _ops(cls, problem, dtype="float32"):
@@ -40,7 +40,7 @@ def test_the_suites_own_compiled_softmax_is_not_rewritten(problems):
 def test_compiled_names_are_unavailable_when_torch_is_forced_below_the_cpus_level(monkeypatch):
     """Inductor's code is wrong with ATEN_CPU_CAPABILITY below the CPU's level (measured):
     the compiled names are dropped with that reason there, and only there."""
-    from suite import isa
+    from suite.plugins import isa
 
     monkeypatch.setattr(isa, "native_torch_level", lambda: "avx512")
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)

@@ -8,10 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from implementations.numpy_mha import NumpyMHA
-from suite import registry
-from suite.plugin import Implementation, Unsupported, array_library, check_interface, expressible
-from suite.problem import make_problem
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins import registry
+from suite.plugins.interface import (
+    Implementation,
+    Unsupported,
+    array_library,
+    check_interface,
+    expressible,
+)
+from suite.spec.problem import make_problem
 from tests.conftest import PLUGINS
 
 
@@ -140,7 +146,7 @@ def test_sweeps_give_a_shared_kv_plugin_value_is_key(cli, tmp_path):
 
 def test_plugin_named_like_a_builtin_is_refused_unless_asked(tmp_path):
     path = tmp_path / "mine.py"
-    path.write_text("from implementations.numpy_mha import NumpyMHA\n\n\n"
+    path.write_text("from implementations.numpy.mha import NumpyMHA\n\n\n"
                     "class Mine(NumpyMHA):\n    name = 'numpy'\n")
     with pytest.raises(registry.PluginError, match="'numpy' is a built-in's name.*"
                                                    "--replace-builtin numpy"):
@@ -157,7 +163,7 @@ def test_plugin_named_like_a_builtin_is_refused_unless_asked(tmp_path):
 
 def test_replacing_a_builtin_on_the_command_line(cli, tmp_path):
     path = tmp_path / "mine.py"
-    path.write_text("from implementations.numpy_mha import NumpyMHA\n\n\n"
+    path.write_text("from implementations.numpy.mha import NumpyMHA\n\n\n"
                     "class Mine(NumpyMHA):\n    name = 'numpy'\n")
     _one_line_error(cli("list", "--plugin", str(path)), "--replace-builtin numpy")
     proc = cli("list", "--plugin", str(path), "--replace-builtin", "numpy", "--impl", "numpy")
@@ -196,8 +202,8 @@ def test_a_known_failure_glob_warns_of_passes_but_not_of_unsupported_cases(cli, 
 # ------------------------------------------------------------ deviations that depend on dtype
 
 def _fully_masked_outcomes(cls) -> dict:
-    from suite import cases
-    from suite.check import run_case
+    from suite.conformance import cases
+    from suite.conformance.judge import run_case
 
     case = next(c for c in cases.CASES if c.name == "fully_masked_valid_lens")
     return {dtype: run_case(cls(), cls.name, "cpu", dtype, case)
@@ -230,7 +236,7 @@ def test_a_per_dtype_policy_is_applied_in_its_own_dtype_only():
 
 
 def test_a_dtype_the_declaration_does_not_name_gets_the_spec():
-    from suite.plugin import Deviation, deviations_for
+    from suite.plugins.declarations import Deviation, deviations_for
 
     class Half(NumpyMHA):
         name = "dtype_policy.half"
@@ -270,8 +276,8 @@ def _grouping_plugins():
 def test_a_declared_interleaved_grouping_is_handled_by_the_harness(case_name):
     """Query head h reading kv head h % K: declared, the GQA cases pass (weights included);
     undeclared, they fail wherever h // (H/K) and h % K differ (not with one kv head)."""
-    from suite import cases
-    from suite.check import run_case
+    from suite.conformance import cases
+    from suite.conformance.judge import run_case
 
     mod = _grouping_plugins()
     case = next(c for c in cases.CASES if c.name == case_name)
@@ -284,9 +290,9 @@ def test_a_declared_interleaved_grouping_is_handled_by_the_harness(case_name):
 
 def test_interleaved_grouping_gradients_come_back_in_the_canonical_order():
     pytest.importorskip("torch")
-    from suite import cases
-    from suite.oracle_grad import grads as oracle_grads
-    from suite.plugin import call
+    from suite.conformance import cases
+    from suite.plugins.interface import call
+    from suite.spec.oracle_grad import grads as oracle_grads
 
     mod = _grouping_plugins()
     # H = 8, K = 2: the reordering is not its own inverse (with H = 4 it would be)
@@ -322,8 +328,8 @@ def test_the_hypothesis_family_catches_a_wrong_grouping(kv_check):
     assert outcomes["grouping.undeclared"]["outcome"] == "fail"
     assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]
 def test_a_bias_free_plugin_is_given_problems_without_projection_biases():
-    from suite.plugin import check_interface, expressible
-    from suite.problem import make_problem
+    from suite.plugins.interface import check_interface, expressible
+    from suite.spec.problem import make_problem
 
     p = make_problem(3, 2, 5, 5, 8, 2)
     assert p.weights.b_q is not None

@@ -1,4 +1,4 @@
-"""CI's covering selection (suite.cover) and --strict-declarations."""
+"""CI's covering selection (suite.conformance.cover) and --strict-declarations."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from suite import catalog, cover
-from suite.plugin import MASK_FORMS
+from suite.conformance import catalog, cover
+from suite.plugins.declarations import MASK_FORMS
 from tests.conftest import run_cli
 
 PLAIN = types.SimpleNamespace(mask_forms=frozenset(list(MASK_FORMS)[:6]))
@@ -99,7 +99,7 @@ def test_an_entry_whose_test_passes_fails_only_a_strict_run(tmp_path, strict, co
 
 
 SHIFT_UNMASKED = """
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class ShiftUnmasked(NumpyMHA):
@@ -137,7 +137,7 @@ def test_cover_runs_the_case_an_entry_names_and_a_needed_entry_passes_strict(tmp
 
 
 WRONG_CROSS = """
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class WrongCross(NumpyMHA):

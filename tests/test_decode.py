@@ -1,4 +1,4 @@
-"""The decode form (``Mask.query_offset``, suite.decode_cases): query rows at per-batch offsets
+"""The decode form (``Mask.query_offset``, suite.conformance.families.decode): query rows at per-batch offsets
 into a key/value cache, the oracle's mask for them, the input checks, and planted decoders
 that put the rows at the wrong positions (tests/plugins/decode_planted.py)."""
 
@@ -10,15 +10,16 @@ import sys
 import numpy as np
 import pytest
 
-from suite import catalog, oracle, repro
-from suite.check import FAILED, Outcome
-from suite.problem import InputError, Mask, make_problem
+from suite.conformance import catalog, repro
+from suite.conformance.judge import FAILED, Outcome
+from suite.spec import oracle
+from suite.spec.problem import InputError, Mask, make_problem
 from tests.conftest import PLUGINS
 
 sys.path.insert(0, str(PLUGINS))
 import decode_planted as planted  # noqa: E402  (tests/plugins, as --plugin loads it)
 
-from implementations.numpy_mha import NumpyMHA  # noqa: E402
+from implementations.numpy.mha import NumpyMHA  # noqa: E402
 
 NAMES = [c.name for c in catalog.of_family("decode")]
 

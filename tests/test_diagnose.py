@@ -1,4 +1,4 @@
-"""A failing comparison says which rows broke (suite.diagnose through suite.check.judge):
+"""A failing comparison says which rows broke (suite.spec.diagnose through suite.conformance.judge.judge):
 NaN vs inf vs finite-but-wrong vs a number where NaN is due, in rows with no key to attend
 vs rows with keys (partly masked, unmasked, beside masked NaN keys, reading a NaN key or
 value, holding a NaN query), counted in the record's ``bad_rows`` and said in the reason.
@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from suite import diagnose, oracle
-from suite.check import Outcome, judge
-from suite.plugin import Implementation, Result
-from suite.problem import Mask, make_problem
+from suite.conformance.judge import Outcome, judge
+from suite.plugins.interface import Implementation, Result
+from suite.spec import diagnose, oracle
+from suite.spec.problem import Mask, make_problem
 
 B, L, S, E, H = 2, 6, 8, 8, 2
 

@@ -57,8 +57,9 @@ def test_the_manual_has_code_and_few_blocks_are_not_run():
 def test_python_block_runs(page, number, body, why, tmp_path, monkeypatch):
     if why:
         pytest.skip(why)
-    from suite import catalog, registry
-    from suite.check import run_case
+    from suite.conformance import catalog
+    from suite.conformance.judge import run_case
+    from suite.plugins import registry
 
     path = tmp_path / f"block_{number}.py"
     path.write_text(body)

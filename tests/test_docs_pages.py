@@ -5,12 +5,13 @@ reproducer is on its page."""
 from __future__ import annotations
 
 from docs_tools import pages
-from suite import catalog, registry
-from suite.plugin import FEATURE_MEANINGS, MASK_FORMS, POLICIES, Deviation
+from suite.conformance import catalog
+from suite.plugins import registry
+from suite.plugins.declarations import FEATURE_MEANINGS, MASK_FORMS, POLICIES, Deviation
 
 
 def _numpy_entries():
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     reg = registry.Registry()
     reg.register(NumpyMHA, "builtin")
@@ -18,7 +19,7 @@ def _numpy_entries():
 
 
 def test_a_changed_declaration_changes_the_builtins_page_and_the_findings(monkeypatch):
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     before = pages.builtins_page(_numpy_entries())
     assert "`nan_padding=confined`" in before and "bool_B1LS" not in before
@@ -36,7 +37,13 @@ def test_an_unavailable_builtin_is_listed_with_its_reason():
     reg = registry.Registry()
     reg.record_error("mine.gone", "builtin", "No module named 'gone'")
     page = pages.builtins_page(sorted(reg.entries.items()))
-    assert "| `mine.gone` | unavailable | No module named 'gone' |" in page
+    assert "| `mine.gone` | unavailable | No module named 'gone' | | |" in page
+
+
+def test_the_builtins_page_has_one_section_per_framework_folder():
+    page = pages.builtins_page(_numpy_entries())
+    assert "## NumPy {#framework-numpy}" in page and "### `numpy` {#builtin-numpy}" in page
+    assert page.index("## NumPy") < page.index("| [`numpy`](#") < page.index("### `numpy`")
 
 
 def test_every_vocabulary_case_and_command_is_on_its_page():
@@ -53,7 +60,7 @@ def test_every_vocabulary_case_and_command_is_on_its_page():
 
 def test_the_findings_list_every_record_and_reproducer_one_section_per_library():
     from suite.conformance.known_failures import read_records
-    from suite.known import KNOWN_BEHAVIOURS
+    from suite.plugins.known_behaviours import KNOWN_BEHAVIOURS
 
     page = pages.findings_page(_numpy_entries())
     records = [r for path in pages.KNOWN_FILES for r in read_records(path)]

@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite.cases import by_family
-from suite.dropout_cases import DRAWS, dropout_problem, dropout_variance, z_for
-from suite.problem import InputError
+from suite.conformance.cases import by_family
+from suite.conformance.families.dropout import DRAWS, dropout_problem, dropout_variance, z_for
+from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
 DROPOUT = [c.name for c in by_family()["dropout"]]
@@ -16,13 +16,13 @@ STATISTICAL = [n for n in DROPOUT if n != "p_zero_is_eval"]
 
 def _builtin(name):
     if name == "numpy":
-        from implementations.numpy_mha import NumpyMHA
+        from implementations.numpy.mha import NumpyMHA
 
         return NumpyMHA()
     pytest.importorskip("torch")
-    from implementations.torch_eager import TorchEager
-    from implementations.torch_nn import TorchNN
-    from implementations.torch_sdpa import TorchSDPA
+    from implementations.torch.eager import TorchEager
+    from implementations.torch.nn import TorchNN
+    from implementations.torch.sdpa import TorchSDPA
 
     return {"torch.eager": TorchEager, "torch.sdpa": TorchSDPA, "torch.nn": TorchNN}[name]()
 
@@ -56,7 +56,7 @@ def test_planted_dropout_bugs_fail(bug, cases):
 def test_the_variance_is_what_the_draws_show():
     """The exact variance of one call against 4,000 draws of the reference's dropout, per
     element: within 15% where it is not tiny."""
-    from suite.check import attempt
+    from suite.conformance.judge import attempt
 
     impl = planted("dropout_planted").NumpyMHA()
     p = dropout_problem(3, 0.3)

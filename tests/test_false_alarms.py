@@ -2,7 +2,7 @@
 the reference implementations (correct by assumption) passes; and the rule still fails
 wrong implementations.
 
-The full sweep (``suite.false_alarms``) is marked slow and runs in CI (``pytest tests``):
+The full sweep (``suite.conformance.false_alarms``) is marked slow and runs in CI (``pytest tests``):
 about 36 cases x 200 seeds x 4 implementations, measured at 8 to 13 min on a loaded 2-core
 machine with one thread per library (README, "The agreement rule's false-alarm rate").
 """
@@ -16,9 +16,10 @@ import sys
 import numpy as np
 import pytest
 
-from suite import cases, false_alarms, oracle
-from suite.agreement import compare
-from suite.oracle import Arithmetic
+from suite.conformance import cases, false_alarms
+from suite.spec import oracle
+from suite.spec.agreement import compare
+from suite.spec.oracle import Arithmetic
 from tests.conftest import ROOT
 
 SEEDS = 200
@@ -32,7 +33,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 def test_no_false_alarm_over_200_seeds_per_case():
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    proc = subprocess.run([sys.executable, "-m", "suite.false_alarms", "--seeds", str(SEEDS)],
+    proc = subprocess.run([sys.executable, "-m", "suite.conformance.false_alarms", "--seeds", str(SEEDS)],
                           capture_output=True, text=True, cwd=ROOT, timeout=3000,
                           env={**os.environ, **ONE_THREAD})
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -105,8 +106,8 @@ def test_large_logits_seed_lottery_no_longer_decides_the_verdict():
     term from the rule fails the first assertion; a bound loose enough to pass anything
     fails the last."""
     torch = pytest.importorskip("torch")
-    from implementations.torch_eager import TorchEager
-    from suite.plugin import call
+    from implementations.torch.eager import TorchEager
+    from suite.plugins.interface import call
 
     case = cases.get("numerics", "large_logits")
     lottery, missed, bug_ratios = [], [], []

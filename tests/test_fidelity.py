@@ -11,7 +11,7 @@ from tests.plugins.async_work import WORK_S
 
 
 def fidelity(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "suite.fidelity", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "suite.sweep.fidelity", *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
 
 

@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite import catalog
-from suite.check import Outcome
-from suite.problem import InputError, Mask, make_problem
+from suite.conformance import catalog
+from suite.conformance.judge import Outcome
+from suite.spec.problem import InputError, Mask, make_problem
 from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
@@ -36,7 +36,7 @@ def test_the_family_has_its_cases_and_every_problem_is_valid():
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_the_numpy_reference_passes_every_step(dtype):
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     for name in NAMES:
         out = _run(NumpyMHA(), name, dtype)
@@ -53,7 +53,7 @@ def test_a_cache_appended_twice_fails_after_its_first_chunk():
 def test_decode_steps_that_disagree_with_the_module_s_own_prefill_fail_the_contract():
     """agrees_with_prefill compares the module with itself: a cache appended twice fails it
     at the first decode step (its prefill path is right), and the reference passes."""
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     assert _run(NumpyMHA(), "agrees_with_prefill", "float32").outcome == "pass"
     out = _run(_planted().AppendedTwice(), "agrees_with_prefill", "float32")
@@ -74,7 +74,7 @@ def test_a_static_cache_written_one_slot_late_fails_only_with_a_static_cache():
 
 
 def test_a_plugin_without_steps_is_unsupported_not_failed():
-    from implementations.numpy_flash import NumpyFlashMHA
+    from implementations.numpy.flash import NumpyFlashMHA
 
     out = _run(NumpyFlashMHA(), "prefill_then_steps")
     assert out.outcome == "unsupported" and "steps" in out.reason, out.reason
@@ -113,7 +113,7 @@ def test_a_hugging_face_model_generates_with_its_own_caches_and_a_forgetting_cac
     import torch
     import transformers
 
-    from suite.registry import shared
+    from suite.plugins.registry import shared
 
     entry = shared([]).select(["hf.model.mistral[[]eager]"], available_only=True)[0]
     for name in NAMES:
@@ -142,8 +142,8 @@ def test_torch_references_generate_with_their_own_cache_and_a_planted_one_fails(
     """torch.eager and torch.sdpa run the chunks through TorchCore (cache_append,
     cache_write; a chunk's rows as a mask over the cache, no causal flag); torch.eager with
     a cache appended twice fails at step 2."""
-    torch_eager = pytest.importorskip("implementations.torch_eager")
-    from implementations.torch_sdpa import TorchSDPA
+    torch_eager = pytest.importorskip("implementations.torch.eager")
+    from implementations.torch.sdpa import TorchSDPA
 
     for impl in (torch_eager.TorchEager(), TorchSDPA()):
         for name in NAMES:

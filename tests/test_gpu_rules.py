@@ -5,11 +5,12 @@ default on a GPU) are a declared, checked policy (float32_dots=tf32), not a blan
 import numpy as np
 import pytest
 
-from suite import check, oracle
-from suite.agreement import compare
-from suite.cases import get
-from suite.plugin import Deviation
-from suite.where import Where
+from suite.conformance import judge
+from suite.conformance.cases import get
+from suite.plugins.conditions import Where
+from suite.plugins.declarations import Deviation
+from suite.spec import oracle
+from suite.spec.agreement import compare
 from tests.plugins import tf32_numpy
 
 
@@ -32,7 +33,7 @@ def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest_even():
 
 
 def _outcomes(impl, names):
-    return {n: check.run_case(impl, impl.name, "cpu", "float32", get(*n.split("/"))) for n in names}
+    return {n: judge.run_case(impl, impl.name, "cpu", "float32", get(*n.split("/"))) for n in names}
 
 
 @pytest.mark.parametrize("name", ["shapes/odd_lengths", "masking/combined", "numerics/large_logits",
@@ -80,7 +81,7 @@ def _pinned_flash(monkeypatch, raise_with: str):
     pytest.importorskip("torch")
     import warnings
 
-    from implementations import torch_sdpa
+    from implementations.torch import sdpa as torch_sdpa
 
     def refuses(*args, **kwargs):
         warnings.warn("Flash attention kernel not used because:", stacklevel=2)
@@ -99,7 +100,7 @@ def test_a_pinned_sdpa_backend_without_a_kernel_for_the_call_is_unsupported_with
     """On CUDA, torch's efficient and cuDNN backends refuse head widths and mask layouts call
     by call ("No available kernel"): 43 such errors in the first GPU run."""
     impl = _pinned_flash(monkeypatch, "No available kernel. Aborting execution.")
-    out = check.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
+    out = judge.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
     assert out.outcome == "unsupported", out.reason
     assert "no flash kernel" in out.reason and "multiple of 8" in out.reason
     assert "Triggered internally" not in out.reason and "not used because" not in out.reason
@@ -107,7 +108,7 @@ def test_a_pinned_sdpa_backend_without_a_kernel_for_the_call_is_unsupported_with
 
 def test_any_other_error_of_a_pinned_sdpa_backend_stays_an_error(monkeypatch):
     impl = _pinned_flash(monkeypatch, "(*bias): last dimension must be contiguous")
-    out = check.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
+    out = judge.run_case(impl, impl.name, "cpu", "float32", get("shapes", "odd_lengths"))
     assert out.outcome == "error" and "last dimension must be contiguous" in out.reason
 
 
@@ -131,8 +132,8 @@ class _OwnNYI(tf32_numpy.Tf32Declared):
 
 
 def test_a_library_that_does_not_implement_a_call_makes_it_unsupported_a_plugin_stub_an_error():
-    lib = check.run_case(_LibraryNYI(), "nyi.library", "cpu", "float32", get("shapes", "odd_lengths"))
-    own = check.run_case(_OwnNYI(), "nyi.own", "cpu", "float32", get("shapes", "odd_lengths"))
+    lib = judge.run_case(_LibraryNYI(), "nyi.library", "cpu", "float32", get("shapes", "odd_lengths"))
+    own = judge.run_case(_OwnNYI(), "nyi.own", "cpu", "float32", get("shapes", "odd_lengths"))
     assert lib.outcome == "unsupported" and "does not implement" in lib.reason, lib.reason
     assert "inside the standard library" in lib.reason
     assert own.outcome == "error" and "in the plugin" in own.reason, own.reason
@@ -161,11 +162,11 @@ def test_triton_kernels_stay_interpretable_after_torch_compile_imported_triton()
     if torch.cuda.is_available():
         pytest.skip("a GPU compiles Triton kernels: nothing is interpreted")
     out = _fresh(
-        "from implementations import torch_common\n"  # any torch plugin comes first
+        "from implementations.torch import common\n"  # any torch plugin comes first
         "from torch.utils._triton import has_triton; has_triton()\n"
-        "from implementations.triton_flash import TritonFlash\n"
-        "from suite import check; from suite.cases import get\n"
-        "o = check.run_case(TritonFlash(), 'triton.flash', 'cpu-interpret', 'float32',"
+        "from implementations.kernels.triton_flash import TritonFlash\n"
+        "from suite.conformance import judge; from suite.conformance.cases import get\n"
+        "o = judge.run_case(TritonFlash(), 'triton.flash', 'cpu-interpret', 'float32',"
         " get('masking', 'causal_bottom_right_long_query'))\n"
         "print(o.outcome, o.reason)\n")
     assert out.startswith("pass"), out
@@ -178,7 +179,7 @@ def test_triton_imported_before_the_interpreter_was_chosen_is_unavailable_with_t
         pytest.skip("a GPU compiles Triton kernels: nothing is interpreted")
     out = _fresh(
         "import triton.language\n"  # imported by something else, before any torch plugin
-        "from implementations.triton_flash import TritonFlash\n"
-        "from suite.plugin import Unavailable\n"
+        "from implementations.kernels.triton_flash import TritonFlash\n"
+        "from suite.plugins.interface import Unavailable\n"
         "try:\n    TritonFlash()\nexcept Unavailable as exc:\n    print('unavailable:', exc)\n")
     assert out.startswith("unavailable:") and "TRITON_INTERPRET=1" in out, out

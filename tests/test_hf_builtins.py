@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from suite import registry
-from suite.problem import Mask, make_problem
+from suite.plugins import registry
+from suite.spec.problem import Mask, make_problem
 
 HF_NAMES = [f"hf.{m}[{a}]" for m in ("bert", "gpt2", "llama") for a in ("eager", "sdpa")]
 
@@ -27,7 +27,7 @@ def fresh_family(monkeypatch):
 def test_hf_family_is_unavailable_with_the_install_hint_when_transformers_is_missing(
         fresh_family, monkeypatch):
     pytest.importorskip("torch")
-    monkeypatch.delitem(sys.modules, "implementations.hf_transformers", raising=False)
+    monkeypatch.delitem(sys.modules, "implementations.hf.transformers", raising=False)
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
     with pytest.raises(registry.PluginError) as exc:
         registry._family(HF_FAMILY)
@@ -72,7 +72,7 @@ def _problem(mask: Mask):
 def test_hf_masks_follow_each_attention_implementation():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from implementations.hf_transformers import hf_mask
+    from implementations.hf.transformers import hf_mask
 
     dev = torch.device("cpu")
     causal = _problem(Mask(causal=True))
@@ -94,7 +94,7 @@ def test_hf_masks_follow_each_attention_implementation():
 
 def test_fmha_masks_use_its_polarity_and_the_causal_hint():
     torch = pytest.importorskip("torch")
-    from implementations.torch_fmha import fmha_masks
+    from implementations.torch.fmha import fmha_masks
 
     dev = torch.device("cpu")
     kw = fmha_masks(_problem(Mask(causal=True)), dev, torch.float32)
@@ -108,7 +108,7 @@ def test_fmha_masks_use_its_polarity_and_the_causal_hint():
 
 
 def _gpt2(name: str):
-    from implementations.hf_transformers import variants
+    from implementations.hf.transformers import variants
 
     return next(cls for cls in variants() if cls.name == name)()
 
@@ -145,7 +145,7 @@ def test_gpt2_scale_comes_from_its_config_not_a_module_attribute(name, expected,
 
 def test_gpt2_refuses_a_scale_its_config_cannot_express():
     pytest.importorskip("transformers")
-    from suite.plugin import Unsupported
+    from suite.plugins.interface import Unsupported
 
     impl = _gpt2("hf.gpt2[eager]")  # no fold: 1/sqrt(D) only
     p = make_problem(0, 2, 5, 5, 8, 2, self_attention=True, scale=0.25)  # D = 4: config 0.5

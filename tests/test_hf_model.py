@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite import registry
-from suite.check import Outcome
-from suite.problem import Mask, make_problem
+from suite.conformance.judge import Outcome
+from suite.plugins import registry
+from suite.spec.problem import Mask, make_problem
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from implementations import hf_model  # noqa: E402  (after the importorskips)
+from implementations.hf import model as hf_model  # noqa: E402  (after the importorskips)
 
 MODELS = {"llama": ("eager", "sdpa", "flex"), "mistral": ("eager", "sdpa", "flex"),
           "gemma2": ("eager", "flex"), "gpt_oss": ("eager", "flex"), "bloom": ("eager",),
@@ -27,7 +27,7 @@ def _impl(name: str):
 
 
 def _form_case(form: str):
-    from suite.mask_forms import CASES
+    from suite.conformance.families.mask_forms import CASES
 
     return next(c for c in CASES if c.name == form)
 
@@ -61,7 +61,7 @@ def test_models_register_in_the_hf_family_with_each_attention_implementation(mon
     ("hf.model.llama[eager]", Mask(causal=True, allowed=np.ones((6, 6), bool)), "boolean"),
 ])
 def test_a_mask_the_model_cannot_build_is_unsupported(name, mask, why):
-    from suite.plugin import Unsupported
+    from suite.plugins.interface import Unsupported
 
     p = make_problem(0, 2, 6, 6, 16, 2, self_attention=True, bias=False, mask=mask)
     with pytest.raises(Unsupported, match=why):
@@ -118,7 +118,7 @@ def test_the_sliding_window_is_the_models_own_and_an_off_by_one_fails(attn):
     ("hf.model.llama[eager]", "float64", "nan"),
 ])
 def test_an_item_with_no_valid_key(name, dtype, rows):
-    from suite.plugin import call
+    from suite.plugins.interface import call
 
     impl = _impl(name)
     p = make_problem(0, 2, 7, 7, 16, 2, self_attention=True, bias=False,
@@ -136,7 +136,7 @@ def test_an_item_with_no_valid_key(name, dtype, rows):
 
 
 def _variant_case(name: str):
-    from suite import catalog
+    from suite.conformance import catalog
 
     return next(c for c in catalog.ALL if c.family == "variants" and c.name == name)
 
@@ -235,7 +235,7 @@ def test_gpt_oss_flex_on_a_cpu_is_unsupported_with_the_librarys_words():
 
 
 def test_gemma2_takes_the_problems_scale_as_its_int_query_pre_attn_scalar():
-    from suite.plugin import Unsupported
+    from suite.plugins.interface import Unsupported
 
     impl = _impl("hf.model.gemma2[eager]")
     p = make_problem(0, 2, 6, 6, 16, 2, self_attention=True, mask=Mask(causal=True))

@@ -10,13 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite import adapters, catalog
+from suite.conformance import catalog
+from suite.plugins import adapters
 from tests.conftest import run_catalog_case
 
 
 def _jax_nn():
     pytest.importorskip("jax")
-    from implementations import jax_nn
+    from implementations.jax import nn as jax_nn
 
     return jax_nn
 
@@ -137,7 +138,7 @@ def test_jax_nn_steps_that_reuse_the_prefill_mask_fail(monkeypatch):
 
 def _flex():
     pytest.importorskip("torch")
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     if torch_compiled.forced_below_native():
         pytest.skip(torch_compiled.forced_below_native())

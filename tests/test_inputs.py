@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 from suite import cli
-from suite.problem import InputError, make_problem
+from suite.spec.problem import InputError, make_problem
 from tests.conftest import PLUGINS
 
 FIXTURES = Path(__file__).parent / "fixtures"

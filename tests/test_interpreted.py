@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from suite.conformance.summary import matrix_lines
-from suite.plugin import INTERPRETED_CPU, interpreted
+from suite.plugins.interface import INTERPRETED_CPU, interpreted
 from tests.conftest import ROOT
 
 TINY = ["--preset", "ci", "--lengths", "16", "--heads", "1", "--mask", "none", "--head-dim", "8",
@@ -43,7 +43,7 @@ def test_a_sweep_never_times_an_interpreted_kernel(tmp_path):
                            and x["device"] == INTERPRETED_CPU for x in skipped), skipped
 
 
-PALLAS = ROOT / "implementations" / "pallas_attention.py"
+PALLAS = ROOT / "implementations" / "kernels" / "pallas.py"
 SPLASH_BUGS = {  # name -> (source text, its buggy replacement, the case that must catch it)
     # Bottom-right causal mapped like top left (CausalMask offset 0 for every alignment).
     "bottom_right_offset": ('offset=0 if parts.causal == "top_left" else S - L)', "offset=0)",
@@ -82,7 +82,7 @@ def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
     cases = " or ".join(f"(splash_{bug} and masking/{case}])"
                         for bug, (_, _, case) in SPLASH_BUGS.items())
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
          "-p", "no:cacheprovider", "--conformance-json", str(out), *args, "--dtype", "float32",
          "-k", f"test_case and ({cases})"],  # about 45 s on 2 cores
         capture_output=True, text=True, cwd=ROOT, timeout=600)
@@ -96,7 +96,7 @@ def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
 
 
 def _decode_outcome(impl, problem):
-    from suite.check import Outcome, run_problem
+    from suite.conformance.judge import Outcome, run_problem
 
     out = Outcome(impl.name, INTERPRETED_CPU, "float32", "test", "decode", 0, "pass")
     return run_problem(impl, out, problem)
@@ -106,8 +106,8 @@ def test_pallas_decode_key_lengths_and_gqa_agree_with_the_oracle():
     """One query against 300 keys (16 splits of the padded 304, the split-K path), GQA
     (4 query heads on 2 kv heads), key lengths 300, 37 and 0 (a row with no key: zeros)."""
     pytest.importorskip("jax")
-    from implementations.pallas_attention import PallasGpuDecode
-    from suite.problem import Mask, make_problem
+    from implementations.kernels.pallas import PallasGpuDecode
+    from suite.spec.problem import Mask, make_problem
 
     class LengthsIgnored(PallasGpuDecode):  # a planted translation bug: kv_seq_len dropped
         name = "bug.decode_lengths"
@@ -122,8 +122,8 @@ def test_pallas_decode_key_lengths_and_gqa_agree_with_the_oracle():
 
 
 def _splash_gradient_outcome(impl, case_name, problem=None):
-    from suite.catalog import get
-    from suite.check import Outcome
+    from suite.conformance.catalog import get
+    from suite.conformance.judge import Outcome
 
     case = get("gradients", case_name)
     out = Outcome(impl.name, INTERPRETED_CPU, "float32", "test", case_name, case.seed, "pass")
@@ -137,8 +137,8 @@ def test_pallas_splash_gradients_through_its_mqa_form_and_its_fused_backward():
     pytest.importorskip("jax")
     import dataclasses
 
-    from implementations.pallas_attention import PallasTpuSplash
-    from suite.problem import make_problem
+    from implementations.kernels.pallas import PallasTpuSplash
+    from suite.spec.problem import make_problem
 
     class FusedBackward(PallasTpuSplash):
         name = "splash.fused_backward"
@@ -161,9 +161,9 @@ def test_a_planted_splash_backward_bug_fails_under_the_interpreter():
     pytest.importorskip("jax")
     import jax
 
-    from implementations.pallas_attention import PallasTpuSplash
-    from suite.catalog import get
-    from suite.check import Outcome
+    from implementations.kernels.pallas import PallasTpuSplash
+    from suite.conformance.catalog import get
+    from suite.conformance.judge import Outcome
 
     class ScaleDroppedInDq(PallasTpuSplash):
         name = "bug.splash_dq_scale"
@@ -193,9 +193,9 @@ def test_a_planted_tpu_flash_backward_bug_fails_under_the_interpreter(tmp_path, 
 
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    from implementations.pallas_attention import PallasTpuFlash
-    from suite.catalog import get
-    from suite.check import Outcome
+    from implementations.kernels.pallas import PallasTpuFlash
+    from suite.conformance.catalog import get
+    from suite.conformance.judge import Outcome
 
     right, wrong = TPU_FLASH_DQ_SCALE
     source = open(fa.__file__).read()

@@ -1,5 +1,6 @@
-"""Instruction-set levels and where declarations hold: suite.where, suite.isa, suite.known,
-``mha-suite check --isa``, and the reproducer of the live torch bug they were built for."""
+"""Instruction-set levels and where declarations hold: suite.plugins.conditions,
+suite.plugins.isa, suite.plugins.known_behaviours, ``mha-suite check --isa``, and the
+reproducer of the live torch bug they were built for."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 
 import pytest
 
-from suite import catalog, where
-from suite.check import Outcome, run_problem
-from suite.where import Where, WhereError, lanes, parse, split_line
+from suite.conformance import catalog
+from suite.conformance.judge import Outcome, run_problem
+from suite.plugins import conditions
+from suite.plugins.conditions import Where, WhereError, lanes, parse, split_line
 from tests.conftest import PLUGINS, ROOT, run_cli
 
 
@@ -36,7 +38,7 @@ def test_where_text_round_trips_and_bad_text_is_named():
 
 
 def test_where_holds_only_in_its_environment(monkeypatch):
-    monkeypatch.setattr(where, "installed", lambda dist: {"torch": "2.4.1+cu121"}.get(dist))
+    monkeypatch.setattr(conditions, "installed", lambda dist: {"torch": "2.4.1+cu121"}.get(dist))
     w = Where(versions={"torch": "<2.5"}, isa=frozenset({"avx512"}), device=frozenset({"cpu"}))
     assert w.holds("cpu", "avx512")
     assert not w.holds("cpu", "avx2")  # another level
@@ -57,7 +59,7 @@ def test_a_known_behaviour_holds_only_under_its_condition_and_checks_the_other_r
     sys.path.insert(0, str(PLUGINS))
     from nan_query_zero import ZeroAndShift, ZeroNanQueryRows
 
-    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    monkeypatch.setattr(conditions, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
     short = _run(ZeroNanQueryRows, "lanes/nan_query_S4")  # 4 keys < 8 lanes at avx2
     assert short.outcome == "known_failure", short.reason
     assert short.known_used == ["torch-sdpa-nan-query-short-keys"] and short.isa == "avx2"
@@ -65,7 +67,7 @@ def test_a_known_behaviour_holds_only_under_its_condition_and_checks_the_other_r
     assert long.outcome == "fail" and long.known_held == [], long.reason
     both = _run(ZeroAndShift, "lanes/nan_query_S4")  # a second bug in the same case
     assert both.outcome == "fail" and "nor does it follow" in both.reason
-    monkeypatch.setattr(where, "installed", lambda dist: "2.12.0" if dist == "torch" else None)
+    monkeypatch.setattr(conditions, "installed", lambda dist: "2.12.0" if dist == "torch" else None)
     assert _run(ZeroNanQueryRows, "lanes/nan_query_S4").outcome == "fail"  # another release
 
 
@@ -77,7 +79,7 @@ def test_a_known_kernel_behaviour_is_not_credited_to_a_path_that_never_calls_the
     sys.path.insert(0, str(PLUGINS))
     from nan_query_zero import UnfusedZeroNanQueryRows
 
-    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    monkeypatch.setattr(conditions, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
     out = _run(UnfusedZeroNanQueryRows, "lanes/nan_query_S4")
     assert out.outcome == "fail" and out.known_held == [] and out.known_used == [], out.reason
 
@@ -91,7 +93,7 @@ def test_the_lanes_family_crosses_one_and_two_vectors_of_every_dtype():
 
 
 def _levels() -> list:
-    from suite import isa
+    from suite.plugins import isa
 
     return isa.machine_levels()
 
@@ -143,7 +145,7 @@ def test_a_known_behaviour_no_case_needed_is_reported():
             "known_used": ["torch-sdpa-nan-query-short-keys"]}
     assert stale_known_lines([held, held]) == [
         "warning: known behaviour torch-sdpa-nan-query-short-keys held in 2 cases of this run "
-        "and none showed it (fixed here? narrow its where in suite/known.py)"]
+        "and none showed it (fixed here? narrow its where in suite/plugins/known_behaviours.py)"]
     assert stale_known_lines([held, used]) == []
 
 
@@ -152,17 +154,17 @@ def test_a_cpu_flag_condition_holds_only_on_a_cpu_with_one_of_the_flags(monkeypa
     GEMM), whatever level torch dispatches to."""
     w = parse("torch>=2.13; cpu=avx512_bf16|amx_bf16")
     assert parse(w.text()) == w and w.cpu == {"avx512_bf16", "amx_bf16"}
-    monkeypatch.setattr(where, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
-    monkeypatch.setattr(where, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    monkeypatch.setattr(conditions, "installed", lambda dist: "2.13.0" if dist == "torch" else None)
+    monkeypatch.setattr(conditions, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
     assert w.holds("cpu", "avx2")  # forced to a lower level: the CPU still has the flag
-    monkeypatch.setattr(where, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(conditions, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     assert not w.holds("cpu", "avx2")
     with pytest.raises(WhereError, match="cpu: expected a set of names"):
         Where(cpu="avx512_bf16")
 
 
 def test_the_native_level_is_asked_once_per_torch_build_and_cpu(monkeypatch, tmp_path):
-    from suite import isa
+    from suite.plugins import isa
 
     monkeypatch.setenv("MHA_SUITE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(isa, "installed", lambda dist: "2.13.0+cpu" if dist == "torch" else None)
@@ -189,7 +191,7 @@ def test_the_native_level_is_asked_once_per_torch_build_and_cpu(monkeypatch, tmp
 
 
 def test_the_cpu_flags_digest_follows_the_flags():
-    from suite import isa
+    from suite.plugins import isa
 
     assert isa.cpu_flags_digest() == isa.cpu_flags_digest() and len(isa.cpu_flags_digest()) == 16
 

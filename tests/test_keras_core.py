@@ -9,12 +9,13 @@ import json
 
 import pytest
 
-from suite import catalog, registry
-from suite.check import run_case
-from suite.problem import make_problem
+from suite.conformance import catalog
+from suite.conformance.judge import run_case
+from suite.plugins import registry
+from suite.spec.problem import make_problem
 from tests.conftest import PLUGINS
 
-pytest.importorskip("implementations.keras_common")  # keras on this process's backend
+pytest.importorskip("implementations.keras.common")  # keras on this process's backend
 
 FUSED = str(PLUGINS / "keras_fused.py")
 
@@ -51,7 +52,7 @@ def test_a_layers_path_the_layer_lacks_is_one_line_naming_it():
 
 
 def test_keras_mha_reads_its_weights_back_and_its_own_mask_arguments_are_unsupported():
-    from implementations.keras_mha import KerasMHA
+    from implementations.keras.mha import KerasMHA
 
     p = make_problem(0, B=2, L=5, E=8, H=2)
     assert KerasMHA().check_wrapper(p) == []
@@ -62,7 +63,7 @@ def test_keras_mha_reads_its_weights_back_and_its_own_mask_arguments_are_unsuppo
 def test_the_other_backend_runs_the_same_layer(cli, tmp_path):
     """The fused layer on the backend this process does not use: masks and gradients (the
     jitted call in a StatelessScope on jax; the eager call on torch)."""
-    from implementations.keras_common import BACKEND
+    from implementations.keras.common import BACKEND
 
     other = "jax" if BACKEND == "torch" else "torch"
     pytest.importorskip(other)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from suite import cache, records, registry
+from suite.plugins import cache, registry
+from suite.results import records
 from tests.conftest import ROOT
 
 KERAS_FLAX_BUILTINS = {n: s for n, s in registry.BUILTINS.items() if n.startswith("flax.")}
@@ -22,8 +23,8 @@ def _registry_without(monkeypatch, tmp_path, missing: str) -> registry.Registry:
     imported (``sys.modules[name] = None`` makes ``import name`` raise ModuleNotFoundError)."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))  # nothing described yet: load them
     monkeypatch.setitem(sys.modules, missing, None)
-    for module in ("implementations.keras_mha", "implementations.keras_common",
-                   "implementations.flax_mha"):
+    for module in ("implementations.keras.mha", "implementations.keras.common",
+                   "implementations.jax.flax"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setattr(registry, "BUILTINS", KERAS_FLAX_BUILTINS)
     monkeypatch.setattr(registry, "BUILTIN_FAMILIES", KERAS_FLAX_FAMILIES)
@@ -69,7 +70,7 @@ def test_a_run_that_cannot_run_an_implementation_keeps_another_runs_description(
 def _keras_names(backend: str) -> str:
     """The names the Keras family registers, and those it lists as unavailable, in a fresh
     process with KERAS_BACKEND=backend."""
-    code = ("from implementations import keras_mha as k; "
+    code = ("from implementations.keras import mha as k; "
             "print([c.name for c in k.variants()]); print(k.DROPPED)")
     env = {**os.environ, "KERAS_BACKEND": backend}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

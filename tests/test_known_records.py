@@ -47,7 +47,8 @@ def _write(tmp_path, text: str, name: str = "mine.toml") -> Path:
 def _universe() -> list:
     """Every test id of the catalogue: each built-in name (the CUDA-only variants too), each
     device and dtype, each test (a contract under every name a built-in declares)."""
-    from suite import contracts, registry
+    from suite.conformance.families import contracts
+    from suite.plugins import registry
 
     reg = registry.build(builtins=True, entry_points=False, env={})
     names = set(reg.entries) | {"torch.sdpa[cudnn]", "torch.sdpa[efficient]", "jax.nn[cudnn]"}
@@ -185,7 +186,7 @@ reason = "a planted behaviour"
 
 
 def test_a_known_behaviour_record_reads_with_its_named_conditions(tmp_path):
-    from suite.known import KERNEL_WHEN, WHEN, read_behaviours
+    from suite.plugins.known_behaviours import KERNEL_WHEN, WHEN, read_behaviours
 
     (k,) = read_behaviours(_write(tmp_path, BEHAVIOUR))
     assert k.where.when is WHEN["short_keys_no_attn_mask"][0]
@@ -206,7 +207,7 @@ def test_a_known_behaviour_record_reads_with_its_named_conditions(tmp_path):
 ])
 def test_a_wrong_known_behaviour_is_one_line_naming_the_file_and_the_record(tmp_path, edit,
                                                                           needle):
-    from suite.known import DeclarationError, read_behaviours
+    from suite.plugins.known_behaviours import DeclarationError, read_behaviours
 
     path = _write(tmp_path, BEHAVIOUR.replace(*edit))
     with pytest.raises(DeclarationError) as info:
@@ -217,7 +218,7 @@ def test_a_wrong_known_behaviour_is_one_line_naming_the_file_and_the_record(tmp_
 
 
 def test_the_suites_known_behaviours_are_complete():
-    from suite.known import KNOWN_BEHAVIOURS
+    from suite.plugins.known_behaviours import KNOWN_BEHAVIOURS
 
     assert KNOWN_BEHAVIOURS
     for k in KNOWN_BEHAVIOURS:

@@ -5,11 +5,11 @@ that does not need more key/value heads than it has, each in its grouped-query f
 import numpy as np
 import pytest
 
-from suite import catalog
-from suite.check import Outcome
-from suite.oracle import oracle
-from suite.plugin import Unsupported, check_interface, with_kv_heads
-from suite.problem import make_problem
+from suite.conformance import catalog
+from suite.conformance.judge import Outcome
+from suite.plugins.interface import Unsupported, check_interface, with_kv_heads
+from suite.spec.oracle import oracle
+from suite.spec.problem import make_problem
 from tests.conftest import planted
 
 FAMILIES = ("masking", "shapes", "numerics", "variants", "packed", "decode", "generation")

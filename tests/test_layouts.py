@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from implementations.torch_common import arrange, arrange_mask, translate_mask
-from implementations.torch_eager import TorchEager
-from suite import catalog
-from suite.check import Outcome
-from suite.layouts import LAYOUTS, requested_layout, with_layout
-from suite.problem import make_problem
+from implementations.torch.common import arrange, arrange_mask, translate_mask
+from implementations.torch.eager import TorchEager
+from suite.conformance import catalog
+from suite.conformance.judge import Outcome
+from suite.spec.layouts import LAYOUTS, requested_layout, with_layout
+from suite.spec.problem import make_problem
 from tests.conftest import PLUGINS
 
 
@@ -86,7 +86,7 @@ def test_a_mask_is_arranged_like_the_inputs_and_broadcast_with_stride_0():
 
 
 def dict_mask():
-    from suite.problem import Mask
+    from suite.spec.problem import Mask
     keep = np.ones((2, 1, 3, 5), bool)
     keep[..., 1] = False
     return Mask(allowed=keep)
@@ -95,7 +95,7 @@ def dict_mask():
 def test_a_module_wrapper_declaring_layouts_is_unsupported_not_passed():
     """Only a kernel core (TorchCore.attend) is handed rearranged tensors: a module wrapper
     that declares layouts passed all 15 cases with its inputs never rearranged."""
-    from implementations.torch_nn import TorchNN
+    from implementations.torch.nn import TorchNN
 
     class Declares(TorchNN):
         name = "torch.nn+layouts"

@@ -9,18 +9,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite import adapters
-from suite.oracle import oracle
-from suite.oracle_grad import grads as oracle_grads
-from suite.plugin import Unsupported
-from suite.problem import make_problem
+from suite.plugins import adapters
+from suite.plugins.interface import Unsupported
+from suite.spec.oracle import oracle
+from suite.spec.oracle_grad import grads as oracle_grads
+from suite.spec.problem import make_problem
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from examples.my_attention import MyAttention  # noqa: E402
 from examples.my_conv_attention import ConvAttention  # noqa: E402
-from implementations.torch_common import Einsum, TorchModuleCore  # noqa: E402
+from implementations.torch.common import Einsum, TorchModuleCore  # noqa: E402
 
 
 def _run(impl, p, grad=False):
@@ -91,7 +91,7 @@ def test_nchw_module_with_fused_1x1_convolutions_matches_the_oracle(L):
 def test_an_image_module_takes_every_case_in_its_self_attention_form():
     """#42 item 4: image_input without kv_source = "self" left 110 of 172 cases per name
     unsupported as cross-attention; image_input implies it, and an explicit one stays."""
-    from suite.plugin import declared, expressible
+    from suite.plugins.interface import declared, expressible
 
     assert declared(Conv(), "kv_source") == "self"
     cross = make_problem(2, B=2, L=6, S=6, E=8, H=2)  # distinct key and value
@@ -182,8 +182,8 @@ def test_read_weights_reads_nested_fused_layers_back_as_loaded():
     round trip of a nested, fused module holds, and a wrong fused order is caught."""
     import torch
 
-    from implementations.torch_common import TorchModuleCore
-    from suite.problem import make_problem
+    from implementations.torch.common import TorchModuleCore
+    from suite.spec.problem import make_problem
 
     class Block(torch.nn.Module):
         def __init__(self, E):

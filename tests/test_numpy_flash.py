@@ -13,13 +13,13 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from implementations.numpy_flash import NumpyFlashMHA
-from implementations.numpy_mha import NumpyMHA
-from implementations.numpy_tiles import CAUSAL_TILES, TILES, TiledAttention, tile_mask
-from suite.adapters import AttendMask
-from suite.agreement import max_abs_err
-from suite.oracle import naive, oracle
-from suite.problem import Mask, Problem, make_problem
+from implementations.numpy.flash import NumpyFlashMHA
+from implementations.numpy.mha import NumpyMHA
+from implementations.numpy.tiles import CAUSAL_TILES, TILES, TiledAttention, tile_mask
+from suite.plugins.adapters import AttendMask
+from suite.spec.agreement import max_abs_err
+from suite.spec.oracle import naive, oracle
+from suite.spec.problem import Mask, Problem, make_problem
 
 F64_TOL = 1e-10
 F32_K, F32_ATOL = 2.0, 1e-6  # err(flash) <= 2 * err(naive float32) + 1e-6

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite.oracle import naive, oracle, round_to
-from suite.problem import Mask, Problem, Weights, make_problem
+from suite.spec.oracle import naive, oracle, round_to
+from suite.spec.problem import Mask, Problem, Weights, make_problem
 
 
 def _identity_problem(q, k, v, mask=None):
@@ -95,7 +95,7 @@ def test_naive_error_grows_as_precision_drops():
 def test_float32_baseline_is_computed_in_float32():
     """naive_float32 runs float32 matmuls (BLAS order): its q projection is exactly
     NumPy's float32 product, not a float64 product rounded once."""
-    from suite.oracle import Arithmetic, forward
+    from suite.spec.oracle import Arithmetic, forward
 
     p = make_problem(12, 2, 9, 9, 64, 2)
     f = forward(p, Arithmetic("float32", "blas"))
@@ -118,7 +118,7 @@ def test_two_reduction_orders_differ_and_both_are_float32_accurate():
 
 
 def test_fully_masked_policies_change_only_the_empty_rows():
-    from suite.oracle import FULLY_MASKED
+    from suite.spec.oracle import FULLY_MASKED
 
     p = make_problem(14, 2, 4, 5, 8, 2, mask=Mask(valid_lens=np.array([5, 0])))
     spec = oracle(p)[0]
@@ -204,7 +204,7 @@ SPECIAL_NAN_ROWS = {  # case -> output rows (b, i) its docstring says are NaN
 
 
 def test_special_values_cases_are_nan_where_their_docstrings_say():
-    from suite.cases import by_family
+    from suite.conformance.cases import by_family
     special = by_family()["special_values"]
     for c in special:
         p = c.problem()

@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite.oracle import oracle
-from suite.oracle_grad import grads, naive_grads
-from suite.problem import Mask, cotangent, make_problem
+from suite.spec.oracle import oracle
+from suite.spec.oracle_grad import grads, naive_grads
+from suite.spec.problem import Mask, cotangent, make_problem
 
 PROBLEMS = {
     "plain": make_problem(1, 2, 3, 4, 8, 2),

@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite.cases import by_family
-from suite.oracle import oracle
-from suite.problem import InputError, Mask, Problem, seq_lens
+from suite.conformance.cases import by_family
+from suite.spec.oracle import oracle
+from suite.spec.problem import InputError, Mask, Problem, seq_lens
 from tests.conftest import planted, run_catalog_case
 
 PACKED = by_family()["packed"]
@@ -56,7 +56,7 @@ def test_a_leak_into_the_loud_neighbour_is_far_off():
     (np.array([[0.0, 0, 1, 1], [0, 0, 1, 1]]), "integers"),
 ])
 def test_segments_are_checked_in_one_line(segments, expected):
-    from suite.problem import make_problem
+    from suite.spec.problem import make_problem
 
     p = make_problem(0, 2, 4, 4, 8, 2, mask=Mask(segments=segments))
     if expected is None:
@@ -69,7 +69,7 @@ def test_segments_are_checked_in_one_line(segments, expected):
 
 
 def test_cross_shapes_cannot_be_packed():
-    from suite.problem import make_problem
+    from suite.spec.problem import make_problem
 
     p = make_problem(0, 1, 4, 6, 8, 2, mask=Mask(segments=np.array([[0, 0, 1, 1]])))
     with pytest.raises(InputError, match="a self-attention shape"):
@@ -86,7 +86,7 @@ def _planted():
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
 def test_the_numpy_reference_passes_every_packed_case(dtype):
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     for c in PACKED:
         out = _run(NumpyMHA(), c.name, dtype)
@@ -108,7 +108,7 @@ def test_a_token_that_sees_another_sequence_fails(bug, passes):
 def test_jagged_sdpa_on_a_torch_without_jagged_tensors_is_unsupported_not_an_error(monkeypatch):
     """torch>=2.2 is the declared range; a release without nested_tensor_from_jagged says so."""
     torch = pytest.importorskip("torch")
-    from implementations.torch_sdpa import TorchSDPAJagged
+    from implementations.torch.sdpa import TorchSDPAJagged
 
     assert _run(TorchSDPAJagged(), "docs", "float32").outcome == "pass"
     monkeypatch.delattr(torch.nested, "nested_tensor_from_jagged")

@@ -1,15 +1,15 @@
 """The paged family (#40 item 3): the decode form's key/value cache in a shared pool of
-blocks read through a per-sequence block table (``Problem.paging``, ``suite.paging``)."""
+blocks read through a per-sequence block table (``Problem.paging``, ``suite.spec.paging``)."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from suite.cases import by_family
-from suite.oracle import oracle
-from suite.paging import GARBAGE, Paging, blocks_used, gather, paged_cache
-from suite.problem import InputError
+from suite.conformance.cases import by_family
+from suite.spec.oracle import oracle
+from suite.spec.paging import GARBAGE, Paging, blocks_used, gather, paged_cache
+from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
 PAGED = by_family()["paged"]
@@ -66,7 +66,7 @@ def _shared_with_other_tokens():
     (_shared_with_other_tokens, "shared by sequences 0 and 1, to hold the same tokens"),
     (lambda: dataclasses.replace(_problem(), mask=dataclasses.replace(
         _problem().mask, valid_lens=np.full((3, 1), 4))), "mask.valid_lens of shape (B,)"),
-    (lambda: dataclasses.replace(_problem(), paging=(4, None)), "a suite.paging.Paging"),
+    (lambda: dataclasses.replace(_problem(), paging=(4, None)), "a suite.spec.paging.Paging"),
 ])
 def test_bad_paging_is_one_clear_line(build, expected):
     with pytest.raises(InputError) as info:
@@ -81,7 +81,7 @@ def test_a_paged_problem_needs_the_feature():
 
 
 def test_a_reproducer_keeps_the_paging(tmp_path):
-    from suite.repro import load_problem, save_problem
+    from suite.conformance.repro import load_problem, save_problem
 
     p = next(c for c in PAGED if c.name == "shared_prefix").problem()
     save_problem(tmp_path / "problem.npz", p)
@@ -98,7 +98,7 @@ def _run(impl, name: str, dtype: str = "float64"):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
 def test_the_numpy_reference_passes_every_paged_case(dtype):
-    from implementations.numpy_mha import NumpyMHA
+    from implementations.numpy.mha import NumpyMHA
 
     for c in PAGED:
         out = _run(NumpyMHA(), c.name, dtype)
@@ -108,7 +108,7 @@ def test_the_numpy_reference_passes_every_paged_case(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_eager_passes_every_paged_case(dtype):
     pytest.importorskip("torch")
-    from implementations.torch_eager import TorchEager
+    from implementations.torch.eager import TorchEager
 
     for c in PAGED:
         out = _run(TorchEager(), c.name, dtype)
@@ -116,7 +116,7 @@ def test_torch_eager_passes_every_paged_case(dtype):
 
 
 def test_a_plugin_without_the_feature_is_unsupported():
-    from implementations.numpy_flash import NumpyFlashMHA
+    from implementations.numpy.flash import NumpyFlashMHA
 
     out = _run(NumpyFlashMHA(), PAGED[0].name, "float32")
     assert out.outcome == "unsupported" and "paged" in out.reason, out.reason
@@ -140,9 +140,9 @@ def test_a_misread_page_fails(bug, passes):
 
 
 def _run_interpreted(impl, name: str, dtype: str):
-    from suite import catalog
-    from suite.check import Outcome
-    from suite.plugin import INTERPRETED_CPU
+    from suite.conformance import catalog
+    from suite.conformance.judge import Outcome
+    from suite.plugins.interface import INTERPRETED_CPU
 
     (case,) = [c for c in catalog.of_family("paged") if c.name == name]
     return case.run(impl, Outcome(impl.name, INTERPRETED_CPU, dtype, case.family, case.name,
@@ -162,7 +162,7 @@ def test_the_pallas_paged_kernels_read_the_pool_through_their_table(kernel, dtyp
     """JAX's Pallas paged_attention kernels, interpreted: every case of one row at its
     cache's end passes; rows at offsets or several rows are unsupported, with the reason."""
     pytest.importorskip("jax")
-    from implementations import pallas_attention
+    from implementations.kernels import pallas as pallas_attention
 
     impl = getattr(pallas_attention, kernel)()
     for c in PAGED:
@@ -182,7 +182,7 @@ def test_the_pallas_paged_kernels_are_given_the_table_not_the_logical_cache(kern
     pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    from implementations import pallas_attention
+    from implementations.kernels import pallas as pallas_attention
 
     class Shifted(getattr(pallas_attention, kernel)):
         name = "bug.pallas_paged_shifted_table"

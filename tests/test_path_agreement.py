@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite import contracts
-from suite.check import Outcome
-from suite.plugin import RELATIONS, Contract, Unsupported, check_interface
+from suite.conformance.families import contracts
+from suite.conformance.judge import Outcome
+from suite.plugins.declarations import RELATIONS, Contract
+from suite.plugins.interface import Unsupported, check_interface
 from tests.conftest import planted
 
 
@@ -129,7 +130,7 @@ PATHS = {
 
 @pytest.mark.parametrize("name", list(PATHS))
 def test_builtins_with_several_paths_declare_their_agreement(name):
-    from suite.registry import shared
+    from suite.plugins.registry import shared
 
     entry = shared().entries.get(name)
     if entry is None or not entry.available:
@@ -143,7 +144,7 @@ def test_builtins_with_several_paths_declare_their_agreement(name):
 
 def test_torch_nn_sdpa_path_agrees_with_its_weights_path():
     """One built-in pair run for real (cheap): nn.MultiheadAttention's two paths."""
-    from suite.registry import shared
+    from suite.plugins.registry import shared
 
     entry = shared().entries.get("torch.nn[sdpa]")
     if entry is None or not entry.available:

@@ -42,7 +42,7 @@ BROKEN = ("broken.py", "broken.*", "masking/none")
 def conformance(tmp_path, *args: str) -> tuple[int, dict]:
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
          "-p", "no:cacheprovider", "--conformance-json", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

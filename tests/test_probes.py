@@ -1,7 +1,7 @@
 """A probe that fails keeps the exception it caught: an implementation listed unavailable says
 why, not only that its dtype list came back empty."""
 
-from suite import cache, probes
+from suite.plugins import cache, probes
 from tests.conftest import PLUGINS
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from suite.problem import InputError, Mask, make_problem
+from suite.spec.problem import InputError, Mask, make_problem
 
 
 def _p(**mask):

@@ -14,10 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from implementations.numpy_mha import NumpyMHA
-from suite import adapters, mask_forms, oracle
-from suite.check import Outcome, behaviours, judge
-from suite.plugin import MASK_FORMS, Deviation, Result
+from implementations.numpy.mha import NumpyMHA
+from suite.conformance.families import mask_forms
+from suite.conformance.judge import Outcome, behaviours, judge
+from suite.plugins import adapters
+from suite.plugins.declarations import MASK_FORMS, Deviation
+from suite.plugins.interface import Result
+from suite.spec import oracle
 
 CASES = {c.form: c for c in mask_forms.CASES}
 
@@ -79,7 +82,7 @@ def test_jax_nn_declares_query_lengths_alone_and_a_mean_in_padded_rows_fails():
     pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    from implementations.jax_nn import JaxNN, keywords
+    from implementations.jax.nn import JaxNN, keywords
 
     if "query_seq_lengths" not in keywords():
         pytest.skip("this jax.nn.dot_product_attention takes no query_seq_lengths")

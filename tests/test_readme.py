@@ -103,8 +103,8 @@ def test_dtype_dependent_deviation_example(cli, tmp_path):
 
 
 def test_head_grouping_example():
-    from suite import cases
-    from suite.check import run_case
+    from suite.conformance import cases
+    from suite.conformance.judge import run_case
 
     code = _block_after("**Head grouping.**")
     assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
@@ -194,12 +194,12 @@ def test_vision_module_example_runs_its_self_attention_cases(cli, tmp_path):
 def test_keras_layer_option_example_reaches_the_layer_and_runs_the_cases(cli, tmp_path):
     """The README's keras.mha subclass builds its layer with the option and passes the
     masking cases the built-in passes."""
-    pytest.importorskip("implementations.keras_mha")  # keras on this process's backend
+    pytest.importorskip("implementations.keras.mha")  # keras on this process's backend
     code = _block_with("Testing your own module", "layer_kwargs")
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
-    from implementations.keras_mha import build_layer
-    from suite.problem import make_problem
+    from implementations.keras.mha import build_layer
+    from suite.spec.problem import make_problem
 
     layer = build_layer(make_problem(0, B=1, L=3, E=8, H=2), "float32",
                         **scope["Axes"].layer_kwargs)
@@ -227,7 +227,7 @@ def test_keras_core_example_runs_keras_gqa_layer(cli, tmp_path):
     """The manual's Keras layer on KerasModuleCore (keras.layers.GroupQueryAttention): GQA,
     masks, gradients and the wrapper checks pass, the declared NaN padding holds; the same
     layer with the causal flag dropped in ``call`` fails the causal cases."""
-    pytest.importorskip("implementations.keras_common")  # keras on this process's backend
+    pytest.importorskip("implementations.keras.common")  # keras on this process's backend
     code = _block_with("Testing your own module", "KerasModuleCore")
     select = ("masking/none or masking/causal or shapes/gqa or shapes/mqa or test_gradient "
               "or wrapper or nan_value")
@@ -258,7 +258,7 @@ def test_flax_module_option_example_reaches_the_module_and_runs_the_cases(cli, t
     exec(compile(code, "jax.md", "exec"), scope)
     from flax import nnx
 
-    from suite.problem import make_problem
+    from suite.spec.problem import make_problem
 
     impl, p = scope["Highest"](), make_problem(0, B=1, L=3, E=8, H=2)
     module = nnx.merge(*impl.build(p, "float32"))

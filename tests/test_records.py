@@ -1,4 +1,4 @@
-"""suite.records: merging never loses a point; readers refuse what is not mha-suite results."""
+"""suite.results.records: merging never loses a point; readers refuse what is not mha-suite results."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from suite import records
-from suite.point import point_key
-from suite.records import ResultsError
+from suite.results import records
+from suite.results.records import ResultsError
+from suite.sweep.point import point_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = {"machine_info": {"node": "n", "mha_suite": {"cpu_model": "c"}}, "commit_info": {"id": "x"}}
@@ -186,7 +186,7 @@ def test_an_unknown_format_version_is_refused(tmp_path, doc, needle):
 
 FULL_DISK = """
 import json, resource, sys
-from suite import records
+from suite.results import records
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
 run = {"machine_info": {"node": "n", "mha_suite": {"cpu_model": "c"}}, "commit_info": {}}
 points = [{"name": f"p{i}", "extra_info": {"impl": "numpy", "device": "cpu", "dtype": "float32",

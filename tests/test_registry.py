@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from suite import cache, registry
-from suite.plugin import Implementation
+from suite.plugins import cache, registry
+from suite.plugins.interface import Implementation
 from tests.conftest import PLUGINS, ROOT
 
 
@@ -44,7 +44,7 @@ def test_failing_constructor_is_listed_with_reason():
     ("tests/plugins/nope.py", "file tests/plugins/nope.py does not exist"),
     ("no_such_module:Cls", "module no_such_module not found"),
     ("tests/plugins/import_error.py", "importing tests/plugins/import_error.py failed"),
-    ("implementations.numpy_mha:Missing", "has no attribute 'Missing'"),
+    ("implementations.numpy.mha:Missing", "has no attribute 'Missing'"),
 ])
 def test_bad_plugin_specs(spec, needle):
     with pytest.raises(registry.PluginError, match=needle):
@@ -110,7 +110,7 @@ def test_entry_point_group(monkeypatch):
 
 
 def test_a_compiled_variant_that_fails_its_probe_is_listed_with_the_reason(monkeypatch, tmp_path):
-    tc = pytest.importorskip("implementations.torch_compiled")
+    tc = pytest.importorskip("implementations.torch.compiled")
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))  # nothing described yet: load them
     monkeypatch.setitem(cache._MEMORY, tc.PROBE_PREFIX + "torch.flex",
                         "InductorError: CppCompileError (planted)")
@@ -177,7 +177,7 @@ def test_one_registry_per_command(monkeypatch):
 PROBED_PLUGIN = '''
 from pathlib import Path
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 LOG = Path(__file__).with_suffix(".log")
 with LOG.open("a") as f:
@@ -244,7 +244,7 @@ def test_a_check_of_one_name_describes_the_others_without_importing_them(tmp_pat
     sdpa = impls["torch.sdpa"]
     assert sdpa["checked"] is False and sdpa["available"] and "cpu" in sdpa["devices"]
     assert sdpa["deviations"]["nan_padding"]["policy"] == "confined"
-    from suite.records import merge_conformance
+    from suite.results.records import merge_conformance
 
     full = dict(sdpa, checked=True, deviations={"nan_padding": {"policy": "confined",
                                                                 "reason": "measured"}})

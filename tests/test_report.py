@@ -756,7 +756,7 @@ def test_shares_that_hold_are_not_flagged(tmp_path, monkeypatch):
 
 
 def test_the_conformance_section_states_the_rule_the_suite_applies(full):
-    from suite import agreement
+    from suite.spec import agreement
 
     sec = full.find(id="conformance")
     assert sec.find("code", class_="rule").get_text() == agreement.RULE_TEXT
@@ -812,7 +812,8 @@ def test_machine_facts_record_the_native_level_once_torch_ran(monkeypatch):
     import sys
     import types
 
-    from suite import isa, timing
+    from suite.plugins import isa
+    from suite.sweep import timing
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert timing.machine_facts()["isa_native"] is None  # no torch here: no child started

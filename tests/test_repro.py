@@ -84,7 +84,7 @@ def _levels(name: str, library: str) -> list:
     """The torch CPU levels to run a torch reproducer at (its behaviour may live in one)."""
     if library not in ("torch", "transformers") or name in NATIVE_ONLY:
         return [None]
-    from suite import isa
+    from suite.plugins import isa
 
     return list(isa.machine_levels()) or [None]
 

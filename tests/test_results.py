@@ -184,7 +184,7 @@ def test_files_with_the_old_names_read_as_the_problems_letters():
 
 
 def test_old_and_new_names_give_one_resume_key():
-    from suite.point import Point, point_key
+    from suite.sweep.point import Point, point_key
 
     new = {"impl": "numpy", **Point(B=1, L=64, H=4, K=2, D=8, mask="valid_lens").info()}
     old = {"impl": "numpy", "device": "cpu", "dtype": "float32", "B": 1, "H": 4, "H_kv": 2,

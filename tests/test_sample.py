@@ -1,4 +1,4 @@
-"""The main job's sample (suite.sample): every family, fewer cases, and what it left said."""
+"""The main job's sample (suite.conformance.sample): every family, fewer cases, and what it left said."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from suite import oracle, sample
-from suite.plugin import MASK_FORMS
-from suite.point import Point
+from suite.conformance import sample
+from suite.plugins.declarations import MASK_FORMS
+from suite.spec import oracle
+from suite.sweep.point import Point
 
 PLAIN = types.SimpleNamespace(mask_forms=frozenset())
 COMPILER = types.SimpleNamespace(mask_forms=frozenset(), compiles_per_shape=True)
@@ -44,7 +45,7 @@ def test_mask_forms_sample_spreads_over_the_declared_forms():
 
 
 def test_sweep_sample_leaves_a_per_shape_compiler_four_lengths_at_the_usual_heads():
-    from suite.sweep import arguments, grid
+    from suite.sweep.presets import arguments, grid
 
     spec = grid(arguments(preset="default"))
     pts = [Point(**p) for p in spec["points"]]
@@ -77,7 +78,7 @@ def test_sampled_check_records_its_sample_and_what_it_left(cli, tmp_path):
     assert all(sample.sampled(PLAIN, "cpu", f, c) for f, c in fixed)
     numpy = next(i for i in doc["implementations"] if i["name"] == "numpy")
     left = numpy["left_to_check"]
-    from suite.catalog import of_family
+    from suite.conformance.catalog import of_family
 
     for family in ("masking", "shapes", "tiles", "special_values", "properties", "gradients"):
         total = len(of_family(family))
@@ -104,7 +105,7 @@ def test_report_headline_says_what_the_sample_left(tmp_path):
 
 
 def test_oracle_passes_are_shared_by_content_and_read_only():
-    from suite.problem import make_problem
+    from suite.spec.problem import make_problem
 
     p = make_problem(3, 2, 5, 7, 16, 2)
     first = oracle.forward(p)

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from implementations.numpy_mha import NumpyMHA
-from suite import catalog, oracle
-from suite.check import run_case
+from implementations.numpy.mha import NumpyMHA
+from suite.conformance import catalog
+from suite.conformance.judge import run_case
+from suite.spec import oracle
 
 PLUGINS = Path(__file__).parent / "plugins"
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from suite import shard
+from suite.sweep import shard
 
 UNITS = [(name, "cpu") for name in ("numpy", "numpy.flash", "torch.sdpa", "jax.jit", "torch.nn")]
 

@@ -16,7 +16,7 @@ from typing import Callable, Dict, FrozenSet, Tuple
 
 import pytest
 
-from suite.plugin import MASK_FORMS
+from suite.plugins.declarations import MASK_FORMS
 
 Params = Tuple[str, ...]
 ATTN_4D = ("BHLS", "B1LS", "11LS", "B11S", "BHL1")
@@ -91,7 +91,7 @@ def _params(library: str) -> FrozenSet[str]:
         torch = pytest.importorskip("torch")
         return frozenset(inspect.signature(torch.nn.MultiheadAttention.forward).parameters)
     if library.startswith("keras."):
-        pytest.importorskip("implementations.keras_mha")  # picks the backend, then keras
+        pytest.importorskip("implementations.keras.mha")  # picks the backend, then keras
         keras = pytest.importorskip("keras")
         return frozenset(inspect.signature(keras.layers.MultiHeadAttention.call).parameters)
     nnx = pytest.importorskip("flax.nnx")
@@ -102,23 +102,23 @@ def _builtins(library: str):
     """The built-in classes whose mask forms are ``library``'s (importorskip where absent)."""
     if library.startswith("jax."):
         pytest.importorskip("jax")
-        from implementations.jax_nn import JaxNN
+        from implementations.jax.nn import JaxNN
         return [JaxNN]
     if library == "torch.nn.functional.scaled_dot_product_attention":
         pytest.importorskip("torch")
-        from implementations.torch_sdpa import TorchSDPA
+        from implementations.torch.sdpa import TorchSDPA
         return [TorchSDPA]
     if library.startswith("torch."):
         pytest.importorskip("torch")
-        from implementations.torch_fmha import TorchFMHA, TorchFMHAWeights
-        from implementations.torch_nn import TorchNN, TorchNNFast, TorchNNSDPA
+        from implementations.torch.fmha import TorchFMHA, TorchFMHAWeights
+        from implementations.torch.nn import TorchNN, TorchNNFast, TorchNNSDPA
         return [TorchNN, TorchNNSDPA, TorchNNFast, TorchFMHA, TorchFMHAWeights]
     if library.startswith("keras."):
-        keras_mha = pytest.importorskip("implementations.keras_mha")
+        keras_mha = pytest.importorskip("implementations.keras.mha")
         return [c for c in vars(keras_mha).values()
                 if isinstance(c, type) and issubclass(c, keras_mha.KerasMHA)]
     pytest.importorskip("flax.nnx")
-    from implementations.flax_mha import FlaxMHA, FlaxMHAWeights
+    from implementations.jax.flax import FlaxMHA, FlaxMHAWeights
     return [FlaxMHA, FlaxMHAWeights]
 
 

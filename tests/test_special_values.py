@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite import check
-from suite.cases import by_family, get
-from suite.plugin import Deviation
+from implementations.numpy.mha import NumpyMHA
+from suite.conformance import judge
+from suite.conformance.cases import by_family, get
+from suite.plugins.declarations import Deviation
 
 
 def test_behaviours_are_read_from_the_special_problems():
-    sv = {c.name: check.behaviours(c.problem()) for c in by_family()["special_values"]}
+    sv = {c.name: judge.behaviours(c.problem()) for c in by_family()["special_values"]}
     # A non-finite query row is a declarable behaviour (nan_query_rows); a +inf bias is not.
     assert sv["nan_query"] == sv["inf_query"] == ["nan_query_rows"]
     assert sv["inf_bias_entry"] == [] and sv["huge_values"] == []
     # Causal: the NaN / inf key or value is masked for the rows above it.
     assert sv["nan_key_causal"] == sv["nan_value_causal"] == ["nan_padding"]
     assert sv["neg_inf_bias_rows"] == ["fully_masked_rows", "bias_masked_rows"]
-    assert check.behaviours(get("tiles", "masked_blocks_additive").problem()) == \
+    assert judge.behaviours(get("tiles", "masked_blocks_additive").problem()) == \
         ["fully_masked_rows", "bias_masked_rows"]
-    assert check.behaviours(get("tiles", "masked_blocks_bool").problem()) == ["fully_masked_rows"]
+    assert judge.behaviours(get("tiles", "masked_blocks_bool").problem()) == ["fully_masked_rows"]
 
 
 class _NanBiasRows(NumpyMHA):
@@ -56,8 +56,8 @@ class DeclaresButZeroesAll(_NanBiasRows):
         return heads, w
 
 
-def _outcome(cls, name: str) -> check.Outcome:
-    return check.run_case(cls(), cls.name, "cpu", "float32", get("special_values", name))
+def _outcome(cls, name: str) -> judge.Outcome:
+    return judge.run_case(cls(), cls.name, "cpu", "float32", get("special_values", name))
 
 
 def test_bias_masked_rows_policy_is_checked():

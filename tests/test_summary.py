@@ -53,8 +53,8 @@ def test_a_declaration_keyed_to_other_versions_is_not_offered_for_staleness():
     # torch < 2.5 SDPA gives NaN rows; on a newer torch the declaration is never applied, so
     # the spec's answer there says nothing of it (it is not stale, it is elsewhere).
     from suite.conformance.summary import declared_labels
-    from suite.plugin import Deviation
-    from suite.where import Where
+    from suite.plugins.conditions import Where
+    from suite.plugins.declarations import Deviation
 
     class Lib:
         deviations = {

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite import sweep, timing
-from suite.point import Point, point_key
-from suite.timing import flops
+from suite.sweep import presets, timing
+from suite.sweep.point import Point, point_key
+from suite.sweep.timing import flops
 from tests.conftest import PLUGINS, ROOT
 
 TINY = ["--preset", "ci", "--lengths", "16,32,64", "--heads", "1", "--mask", "none",
@@ -127,8 +127,8 @@ def test_results_are_readable_by_pytest_benchmark_compare(numpy_sweep):
 
 def test_grid_overrides_and_bad_values():
     parser = __import__("argparse").ArgumentParser()
-    sweep.add_arguments(parser)
-    spec = sweep.grid(parser.parse_args(["--preset", "default", "--lengths", "128,256",
+    presets.add_arguments(parser)
+    spec = presets.grid(parser.parse_args(["--preset", "default", "--lengths", "128,256",
                                          "--heads", "2", "--mask", "causal"]))
     assert {(p["L"], p["H"], p["mask"]) for p in spec["points"]} == {
         (128, 2, "causal"), (256, 2, "causal")}
@@ -279,7 +279,7 @@ def test_invalid_outputs_are_recorded_not_timed(tmp_path):
                          "(1, 1, 16)"),
         "badout.nan": ("invalid-output",
                        "fetch: expected finite outputs (the oracle's are), got 256 NaN or inf"),
-        "badout.bare": ("invalid-output", "fetch: expected a suite.plugin.Result with an output "
+        "badout.bare": ("invalid-output", "fetch: expected a suite.plugins.interface.Result with an output "
                                           "array, got ndarray")}
 
 
@@ -406,7 +406,7 @@ def test_a_point_skipped_for_its_memory_estimate_is_said_on_the_console(budget_s
 
 
 BRACKETED = '''
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class Bracketed(NumpyMHA):

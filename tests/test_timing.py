@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite import timing
+from suite.sweep import timing
 
 
 class FakeClock:
@@ -62,7 +62,7 @@ def test_timing_asks_jax_not_the_implementations_for_its_device():
 
 _SEES_AGAIN = """
 import numpy as np
-from suite import timing
+from suite.sweep import timing
 
 def touch(n_bytes):
     a = np.ones(n_bytes // 8)  # written: every page resident

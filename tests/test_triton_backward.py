@@ -18,11 +18,11 @@ from tests.conftest import ROOT
 pytest.importorskip("torch")
 # Before triton itself: this module sets TRITON_INTERPRET=1 without a GPU, and triton decides
 # interpreter or compiler when its own @triton.jit helpers (tl.zeros, ...) are decorated.
-from implementations import triton_flash  # noqa: E402  (after the skip)
-from implementations.triton_flash import TritonFlash  # noqa: E402
-from suite import catalog  # noqa: E402
-from suite.check import Outcome  # noqa: E402
-from suite.problem import Mask, make_problem  # noqa: E402
+from implementations.kernels import triton_flash  # noqa: E402  (after the skip)
+from implementations.kernels.triton_flash import TritonFlash  # noqa: E402
+from suite.conformance import catalog
+from suite.conformance.judge import Outcome
+from suite.spec.problem import Mask, make_problem
 
 L_ROWS = 40
 
@@ -73,7 +73,7 @@ def test_backward_over_blocks_matches_the_oracle(name):
 
 def test_planted_causal_block_range_bug_fails(tmp_path):
     """dk/dv start one query block late: the rows that first see a key block are skipped."""
-    source = (ROOT / "implementations" / "triton_kernels.py").read_text()
+    source = (ROOT / "implementations" / "kernels" / "triton_kernels.py").read_text()
     right = "start = tl.maximum(pid_n * BLOCK_N - causal_offset, 0) // BLOCK_M * BLOCK_M"
     assert source.count(right) == 1, f"the kernel no longer has {right!r}"
     wrong = "start = tl.maximum(pid_n * BLOCK_N - causal_offset, 0) // BLOCK_M * BLOCK_M + BLOCK_M"

@@ -1,7 +1,7 @@
 """Planted bugs in the suite's Triton kernels (forward and backward) fail conformance under
 Triton's interpreter.
 
-Each bug is one edit of ``implementations/triton_kernels.py``'s source, loaded as a user's
+Each bug is one edit of ``implementations/kernels/triton_kernels.py``'s source, loaded as a user's
 ``--plugin`` whose kernel module is the edited copy: the cases must catch it on the CPU.
 """
 
@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-KERNEL = ROOT / "implementations" / "triton_kernels.py"
+KERNEL = ROOT / "implementations" / "kernels" / "triton_kernels.py"
 BUGS = {  # name -> (source text, its buggy replacement, -k of the cases that must catch it)
     # The running output is not rescaled when the row max grows (FlashAttention's alpha).
     "missing_rescale": ("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)",
@@ -49,7 +49,7 @@ BACKWARD_BUGS = {  # name -> (source text, its buggy replacement, a gradient cas
 }
 PLUGIN = """
 import importlib.util, sys
-from implementations.triton_flash import TritonFlash
+from implementations.kernels.triton_flash import TritonFlash
 
 spec = importlib.util.spec_from_file_location("buggy_kernels_{name}", {path!r})
 buggy = importlib.util.module_from_spec(spec)
@@ -96,7 +96,7 @@ def interpreted(tmp_path_factory):
         keywords.append(_own_cases(f"bug.triton_{bug}", "test_gradient and (plain or gqa)"))
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
          "-p", "no:cacheprovider", "--conformance-json", str(out), *args,
          "--dtype", "float32", "-k", " or ".join(keywords)],
         capture_output=True, text=True, cwd=ROOT, timeout=900)

@@ -1,4 +1,4 @@
-"""Score variants (suite.variants): the spec in hand-worked examples and a second, loop-by-loop
+"""Score variants (suite.spec.variants): the spec in hand-worked examples and a second, loop-by-loop
 reading of it; the first-order bound through the cap; validation and features; the
 references pass the variants family, planted bugs in each variant fail it, and a plugin
 that lacks a variant's feature reports it unsupported."""
@@ -13,12 +13,14 @@ import sys
 import numpy as np
 import pytest
 
-from suite import catalog, oracle, repro
-from suite.check import FAILED, Outcome, run_problem
-from suite.oracle_grad import grads
-from suite.plugin import VARIANT_FEATURES, check_interface, grouped_for, query_head_order
-from suite.problem import InputError, Mask, Problem, Weights, make_problem
-from suite.variants import (
+from suite.conformance import catalog, repro
+from suite.conformance.judge import FAILED, Outcome, run_problem
+from suite.plugins.declarations import VARIANT_FEATURES
+from suite.plugins.interface import check_interface, grouped_for, query_head_order
+from suite.spec import oracle
+from suite.spec.oracle_grad import grads
+from suite.spec.problem import InputError, Mask, Problem, Weights, make_problem
+from suite.spec.variants import (
     SCORE_MODS,
     Alibi,
     RelBias,
@@ -32,7 +34,7 @@ from tests.conftest import PLUGINS
 sys.path.insert(0, str(PLUGINS))
 import variants_planted as planted  # noqa: E402  (tests/plugins, as --plugin loads it)
 
-from implementations.numpy_mha import NumpyMHA  # noqa: E402
+from implementations.numpy.mha import NumpyMHA  # noqa: E402
 
 VARIANTS = catalog.of_family("variants")
 NAMES = [c.name for c in VARIANTS]
@@ -115,7 +117,7 @@ def test_t5_buckets_are_transformers_own():
     settings and others, both directions."""
     torch = pytest.importorskip("torch")
     t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
-    from implementations.torch_common import t5_bucket as torch_t5_bucket
+    from implementations.torch.common import t5_bucket as torch_t5_bucket
 
     rel = np.arange(-400, 400)
     for bidirectional in (True, False):
@@ -220,7 +222,7 @@ def _base() -> Problem:
      "rel_bias.table: expected 9 buckets for clip"),
     ({"rel_bias": RelBias(np.zeros((4, 16)), "t5", True, 4)}, "rel_bias: expected t5 buckets"),
     ({"rel_bias": RelBias(np.zeros((3, 16)))}, "rel_bias.table: expected a float array"),
-    ({"score_mod": ScoreMod("", lambda s, *a: s)}, "score_mod: expected a suite.variants"),
+    ({"score_mod": ScoreMod("", lambda s, *a: s)}, "score_mod: expected a suite.spec.variants"),
     ({"value_head_dim": 8}, r"weights.w_v: expected shape \(16, 32\)"),
 ])
 def test_a_bad_variant_is_named_in_one_line(change, needle):
@@ -253,7 +255,7 @@ def test_numpy_passes_every_variants_case(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_eager_passes_every_variants_case(dtype):
     pytest.importorskip("torch")
-    from implementations.torch_eager import TorchEager
+    from implementations.torch.eager import TorchEager
 
     outcomes = {n: _run(TorchEager(), n, dtype) for n in NAMES}
     bad = {n: (o.outcome, o.reason) for n, o in outcomes.items()
@@ -330,7 +332,7 @@ def test_flex_attention_computes_variants_in_its_score_mod_and_a_wrong_one_fails
     pytest.importorskip("torch")
     import dataclasses as dc
 
-    from implementations import torch_compiled
+    from implementations.torch import compiled as torch_compiled
 
     def wrong(variants, L, S):
         if bug == "drops the cap":
@@ -372,14 +374,14 @@ def test_a_plugin_lacking_a_variant_feature_reports_those_cases_unsupported():
 
 
 def test_the_other_builtins_declare_no_variant():
-    from implementations.numpy_flash import NumpyFlashMHA
+    from implementations.numpy.flash import NumpyFlashMHA
 
     assert not NumpyFlashMHA.features & VARIANT_FEATURES
     flash = _run(NumpyFlashMHA(), "softcap_valid_lens")
     assert flash.outcome == "unsupported" and "softcap" in flash.reason
     torch = pytest.importorskip("torch")  # noqa: F841
-    from implementations.torch_compiled import TorchCompiled
-    from implementations.torch_sdpa import TorchSDPA
+    from implementations.torch.compiled import TorchCompiled
+    from implementations.torch.sdpa import TorchSDPA
 
     assert not TorchCompiled.features & VARIANT_FEATURES
     # SDPA takes value heads of their own width (E_v != E) and no score variant
@@ -462,7 +464,7 @@ def test_random_shapes_draw_each_declared_variant_and_none_undeclared():
     from hypothesis import HealthCheck, find, settings
     from hypothesis.errors import NoSuchExample
 
-    from suite.conformance.test_hypothesis import problems
+    from suite.conformance.tests.test_hypothesis import problems
 
     quick = settings(max_examples=200, database=None, suppress_health_check=list(HealthCheck))
     every = NumpyMHA.features

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from suite import check
-from suite.cases import get
+from suite.conformance import judge
+from suite.conformance.cases import get
 from tests.conftest import PLUGINS, ROOT
 from tests.test_planted_bugs import conformance
 
@@ -28,7 +28,7 @@ def _run(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """A conformance run of the policies plugin: the process and its results file."""
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
          "-p", "no:cacheprovider", "--plugin", POLICIES, "--dtype", "float32",
          "--conformance-json", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
@@ -127,11 +127,11 @@ def test_replay_line_names_the_plugin_and_a_real_path(tmp_path):
 
 def test_judge_uses_the_problem_not_a_case_tag():
     """garbage padding exhibits no declarable behaviour; NaN padding and empty rows do."""
-    assert check.behaviours(get("masking", "garbage_padding").problem()) == []
-    assert check.behaviours(get("masking", "nan_padding").problem()) == ["nan_padding"]
-    assert check.behaviours(get("masking", "fully_masked_valid_lens").problem()) == \
+    assert judge.behaviours(get("masking", "garbage_padding").problem()) == []
+    assert judge.behaviours(get("masking", "nan_padding").problem()) == ["nan_padding"]
+    assert judge.behaviours(get("masking", "fully_masked_valid_lens").problem()) == \
         ["fully_masked_rows"]
-    assert check.behaviours(get("masking", "causal").problem()) == []
+    assert judge.behaviours(get("masking", "causal").problem()) == []
 
 
 def test_repro_writes_a_standalone_script_that_measures_the_library(tmp_path):
@@ -178,7 +178,7 @@ def test_repro_replays_any_plugin_file_on_the_saved_problem(cli, tmp_path):
 
 
 def test_repro_takes_property_and_gradient_test_ids(cli, tmp_path):
-    from suite import repro
+    from suite.conformance import repro
 
     assert repro.parse("test_repeatable[numpy-cpu-float32]")["family"] == "properties"
     assert repro.parse("test_gradient[torch.eager-cpu-float32-plain]")["case"] == "plain"
@@ -201,8 +201,8 @@ def test_repro_refuses_a_hypothesis_case_in_one_line(cli):
 
 
 def test_saved_problem_round_trips_with_its_shared_inputs(tmp_path):
-    from suite import repro
-    from suite.problem import Mask, make_problem
+    from suite.conformance import repro
+    from suite.spec.problem import Mask, make_problem
 
     p = make_problem(5, 2, 6, 6, 8, 2, 1, self_attention=True, scale=-0.5,
                      mask=Mask(valid_lens=np.array([6, 2]), causal=True,
@@ -222,7 +222,7 @@ def test_every_case_is_seeded_from_its_family_and_name():
     """Adding a case changes no other case's arrays: no seed depends on a position."""
     import zlib
 
-    from suite import catalog
+    from suite.conformance import catalog
 
     ids = [f"{c.family}/{c.name}" for c in catalog.ALL]
     assert len(ids) == len(set(ids))
@@ -262,7 +262,7 @@ def test_verdicts_do_not_change_with_the_thread_count(tmp_path):
         out = tmp_path / f"c{i}.json"
         full = {k: v for k, v in os.environ.items() if k not in SERIAL} | env
         runs.append((out, (
-            [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-q",
+            [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
              "-p", "no:cacheprovider", "--conformance-json", str(out), "-k",
              # the problems large enough for a kernel to split a reduction by thread count
              # (the other shapes cases are at most 12 x 12 per head: one block, any count)
@@ -287,7 +287,7 @@ def test_thread_count_changes_no_baseline_in_sequential_order():
     """The sequential baseline is the same under any BLAS thread count (it uses no BLAS)."""
     from threadpoolctl import threadpool_limits
 
-    from suite.oracle import naive
+    from suite.spec.oracle import naive
 
     p = get("numerics", "wide_heads").problem()
     with threadpool_limits(1):
@@ -331,7 +331,7 @@ def test_conformance_on_xdist_gateways_keeps_its_records(tmp_path):
 
     out = tmp_path / "tx.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-p", "no:cacheprovider",
          "-q", "--tx", f"2*popen//python={sys.executable}", "--dist", "loadgroup", "--impl",
          "numpy", "--dtype", "float32", "-k", "masking", "--conformance-json", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900)

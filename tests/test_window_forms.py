@@ -12,10 +12,11 @@ import importlib.util
 import numpy as np
 import pytest
 
-from suite import adapters, mask_forms
-from suite.check import Outcome
-from suite.plugin import Unsupported
-from suite.problem import Mask, make_problem
+from suite.conformance.families import mask_forms
+from suite.conformance.judge import Outcome
+from suite.plugins import adapters
+from suite.plugins.interface import Unsupported
+from suite.spec.problem import Mask, make_problem
 from tests.conftest import ROOT
 
 CASES = {c.form: c for c in mask_forms.CASES}
@@ -65,7 +66,7 @@ def _outcome(impl, form: str) -> Outcome:
 
 def test_jax_nn_takes_the_window_sizes_in_order():
     pytest.importorskip("jax")
-    from implementations.jax_nn import JaxNN
+    from implementations.jax.nn import JaxNN
 
     class Swapped(JaxNN):  # a planted translation bug: local_window_size=(right, left)
         name = "bug.jax_nn_swapped_window"
@@ -80,7 +81,7 @@ def test_jax_nn_takes_the_window_sizes_in_order():
         assert _outcome(Swapped(), form).outcome == "fail", form
 
 
-PALLAS = ROOT / "implementations" / "pallas_attention.py"
+PALLAS = ROOT / "implementations" / "kernels" / "pallas.py"
 LOCAL = "sa.LocalMask(shape, window_size=form.window, offset=0)"
 CHUNKED = "sam.ChunkedCausalMask(shape, chunk_size=form.chunk)"
 SPLASH_WINDOW_BUGS = {  # name -> (source text, its buggy replacement, the form that catches it)
@@ -106,7 +107,7 @@ def test_planted_splash_window_bugs_fail_under_the_interpreter(tmp_path):
     """The right adapter passes a window and a chunked case; each planted bug fails its case
     (5 interpreted splash runs, about 20 s on 2 cores)."""
     pytest.importorskip("jax")
-    from implementations.pallas_attention import PallasTpuSplash
+    from implementations.kernels.pallas import PallasTpuSplash
 
     for form in ("local_window", "chunked_causal"):
         right = _outcome(PallasTpuSplash(), form)

@@ -4,7 +4,7 @@ wrapper's own translation, and ``plugin:`` selections of a file's names."""
 
 from importlib import metadata
 
-from suite.environment import framework_version
+from suite.results.environment import framework_version
 from tests.conftest import PLUGINS
 
 WRAPPERS = str(PLUGINS / "wrappers.py")
@@ -53,9 +53,9 @@ def test_plugin_selection_of_a_file_not_loaded_names_the_loaded_specs(cli):
 
 
 def test_an_error_says_whether_the_plugin_or_the_library_raised_it():
-    from suite import registry
-    from suite.check import attempt
-    from suite.problem import make_problem
+    from suite.conformance.judge import attempt
+    from suite.plugins import registry
+    from suite.spec.problem import make_problem
 
     reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
     p = make_problem(0, B=1, L=3, E=8, H=2)
@@ -70,8 +70,8 @@ def test_an_error_says_whether_the_plugin_or_the_library_raised_it():
 
 
 def test_the_weights_round_trip_catches_a_wrapper_that_loads_them_wrong():
-    from suite import registry
-    from suite.problem import make_problem
+    from suite.plugins import registry
+    from suite.spec.problem import make_problem
 
     reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
     p = make_problem(0, B=1, L=3, E=8, H=2)
@@ -83,8 +83,9 @@ def test_the_weights_round_trip_catches_a_wrapper_that_loads_them_wrong():
 
 def _wrapper_outcomes(names, cases=None):
     """name -> case -> (outcome, reason) of the wrapper family on the planted wrappers."""
-    from suite import catalog, registry
-    from suite.check import run_case
+    from suite.conformance import catalog
+    from suite.conformance.judge import run_case
+    from suite.plugins import registry
 
     reg = registry.build(plugins=[WRAPPERS], builtins=False, entry_points=False)
     return {n: {c.name: (o.outcome, o.reason or "") for c in catalog.of_family("wrapper")
@@ -125,8 +126,9 @@ def test_the_wrapper_family_blames_the_wrapper_for_its_own_mask_and_weights():
 def test_a_wrapper_with_its_own_layout_and_no_inverse_is_unsupported_not_failed():
     """A packed in_proj_weight (torch.nn), a Conv1D, dict mask arguments, a Flax module's own
     parameter tree: nothing the suite can read back, so unsupported with the reason."""
-    from suite import catalog, registry
-    from suite.check import run_case
+    from suite.conformance import catalog
+    from suite.conformance.judge import run_case
+    from suite.plugins import registry
 
     reg = registry.build(builtins=True, entry_points=False, env={})
     impl = reg.entries["torch.nn"].impl
@@ -145,9 +147,9 @@ def test_whole_model_wrappers_read_their_first_layers_weights_back():
     projection); a model with its own weight layout (GPT-2's packed c_attn) is unsupported."""
     import pytest
 
-    from implementations import hf_model
-    from suite.plugin import Unsupported
-    from suite.problem import make_problem
+    from implementations.hf import model as hf_model
+    from suite.plugins.interface import Unsupported
+    from suite.spec.problem import make_problem
 
     p = make_problem(0, B=2, L=5, E=8, H=2)
     named = {c.name: c for c in hf_model.variants()}

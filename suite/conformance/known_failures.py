@@ -2,7 +2,7 @@
 
 A record (a ``[[failure]]`` table of a TOML file, ``KnownFailure``) names an implementation,
 the cases it fails (with the devices and dtypes), where it holds (``condition``, in
-``suite.where``'s language: versions, instruction-set level, device, CPU flags,
+``suite.plugins.conditions``'s language: versions, instruction-set level, device, CPU flags,
 ``intermittent``), what it is (``kind``: a library bug or a behaviour), the library and the
 versions it was measured on, the upstream issue and the reproducer under ``docs/repro/``.
 The suite's own records are ``known_failures.toml`` beside this module (read by every run)
@@ -14,7 +14,7 @@ Each record lists test-id globs (``KnownFailure.test_globs``), one entry each: a
 that fails where the entry's condition holds is a known failure, one that passes is
 reported (an error with --strict-declarations), an entry that matches no test warns. A
 library behaviour that follows conditions rather than test ids is a
-``suite.known.KnownBehaviour``.
+``suite.plugins.known_behaviours.KnownBehaviour``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from suite.known import (
+from suite.plugins.conditions import Where, WhereError, parse, split_line
+from suite.plugins.known_behaviours import (
     DeclarationError,
     check_fields,
     read_tables,
     record_where,
     text_fields,
 )
-from suite.where import Where, WhereError, parse, split_line
 
 CONFORMANCE = Path(__file__).resolve().parent
 KNOWN_FAILURES_FILE = CONFORMANCE / "known_failures.toml"  # read by every conformance run
@@ -60,7 +60,7 @@ class KnownFailure:
     """One record of a known-failures TOML file: cases an implementation fails, where.
 
     It lists the test ids ``implementation x device x dtype x cases`` (each a glob; see
-    ``test_globs``) and holds where ``condition`` holds (``suite.where``; None: anywhere)."""
+    ``test_globs``) and holds where ``condition`` holds (``suite.plugins.conditions``; None: anywhere)."""
 
     name: str
     implementation: Tuple[str, ...]  # registry names, ``*`` and ``?`` as wildcards
@@ -148,7 +148,7 @@ def _literal(text: str) -> bool:
 def catalogue_tests() -> List[Tuple[str, Optional[str]]]:
     """(test function, case parameter or None) of every conformance test of the catalogue;
     a contract's parameter is ``contracts/*`` (each plugin declares its own)."""
-    from suite import catalog
+    from suite.conformance import catalog
 
     out: List[Tuple[str, Optional[str]]] = []
     for c in catalog.ALL:
@@ -258,7 +258,7 @@ def _read_text(path: Union[str, Path]) -> str:
 def read_lines(path: Union[str, Path]) -> List[Listed]:
     """The entries of a file in the short form: one test-id glob a line (brackets escaped as
     ``[[]`` and ``[]]``), optionally where it holds between braces
-    (``{torch<2.5; isa=avx512}``, ``suite.where``), then ``#`` and the reason."""
+    (``{torch<2.5; isa=avx512}``, ``suite.plugins.conditions``), then ``#`` and the reason."""
     out = []
     for number, line in enumerate(_read_text(path).splitlines(), 1):
         try:

@@ -7,9 +7,10 @@ import re
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
 
-from suite.plugin import Deviation, declaration_labels, interpreted
-from suite.selection import Selection
-from suite.vocab import OUTCOME_ORDER, Outcome
+from suite.plugins.declarations import Deviation, declaration_labels
+from suite.plugins.interface import interpreted
+from suite.plugins.selection import Selection
+from suite.results.vocabulary import OUTCOME_ORDER, Outcome
 
 ORDER = tuple(o.value for o in OUTCOME_ORDER)
 SHORT = {Outcome.FAIL.value: "fail", Outcome.ERROR.value: "err", Outcome.FLAKY.value: "flaky",
@@ -28,7 +29,7 @@ def cell(counts: Counter) -> str:
 
 def row_label(r: dict) -> str:
     """An implementation's row in the matrix: a kernel run by its interpreter says so, and
-    the CPU instruction-set level its library ran at (suite.isa) is named."""
+    the CPU instruction-set level its library ran at (suite.plugins.isa) is named."""
     return r["impl"] + (" (interpreted)" if interpreted(r["device"]) else "") \
         + (f" @{r['isa']}" if r.get("isa") else "")
 
@@ -98,7 +99,7 @@ _POLICY = re.compile(r"([A-Za-z0-9_]+)=([A-Za-z0-9_.+-]+) \(")
 def outcome_label(r: dict) -> str:
     """A short name for why a case did not pass, never its whole reason (that is the record's
     ``reason``): a declared deviation's behaviour=policy, a known failure's known library
-    behaviour (suite.known) or, for one listed in a known-failures file, the case."""
+    behaviour (suite.plugins.known_behaviours) or, for one listed in a known-failures file, the case."""
     if r.get("outcome") == Outcome.KNOWN_FAILURE.value and r.get("known_used"):
         return ",".join(r["known_used"])
     if r.get("outcome") == Outcome.DEVIATION.value:
@@ -170,7 +171,7 @@ def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str
                        ) -> Dict[str, List[str]]:
     """impl -> the declared behaviours no case needed: some judged case exhibited each of them
     and every judged case that did gave the spec's answer (outcome pass). A label
-    ``behaviour[dtype]`` (a per-dtype declaration, ``suite.plugin.declaration_labels``) is
+    ``behaviour[dtype]`` (a per-dtype declaration, ``suite.plugins.declarations.declaration_labels``) is
     judged on that dtype's cases only.
 
     A case that exhibits a behaviour and did not pass (a deviation, a failure, a known failure
@@ -201,7 +202,7 @@ def stale_declarations(records: Iterable[dict], declared: Dict[str, Iterable[str
 
 
 def declared_labels(impl) -> List[str]:
-    """The labels of ``impl``'s declarations (``suite.plugin.declaration_labels``) that hold
+    """The labels of ``impl``'s declarations (``suite.plugins.declarations.declaration_labels``) that hold
     at the installed library versions: one keyed to other versions (``torch<2.5`` on torch
     2.13) is never applied here, so the spec's answer here does not make it stale."""
     out = []
@@ -228,8 +229,8 @@ def stale_lines(records: List[dict], config,
 
 
 def stale_known_lines(records: Iterable[dict]) -> List[str]:
-    """Warnings for known library behaviours (suite.known) whose conditions held in some case
-    of this run and that no case needed: the library may be fixed (the behaviour stays
+    """Warnings for known library behaviours (suite.plugins.known_behaviours) whose conditions
+    held in some case of this run and that no case needed: the library may be fixed (the behaviour stays
     declared until someone narrows its ``where``, but the run says so)."""
     held: Counter = Counter()
     used: set = set()
@@ -237,7 +238,7 @@ def stale_known_lines(records: Iterable[dict]) -> List[str]:
         held.update(r.get("known_held") or ())
         used.update(r.get("known_used") or ())
     return [f"warning: known behaviour {name} held in {n} cases of this run and none showed "
-            "it (fixed here? narrow its where in suite/known.py)"
+            "it (fixed here? narrow its where in suite/plugins/known_behaviours.py)"
             for name, n in sorted(held.items()) if name not in used]
 
 
@@ -304,9 +305,9 @@ def _from_description(e) -> dict:
 
 def write_json(path: str, records: Iterable[dict], config,
                left: Optional[Dict[str, Dict[str, int]]] = None) -> None:
-    """Merge this run's records into the conformance file at ``path`` (suite.records);
+    """Merge this run's records into the conformance file at ``path`` (suite.results.records);
     ``left``: impl -> family -> cases a sampled run (``--sample``) left to a full check."""
-    from suite.records import merge_conformance, run_info
+    from suite.results.records import merge_conformance, run_info
 
     records = list(records)
     merge_conformance(path, run_info(config), implementations(config, records, left), records)

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from suite.plugin import Implementation, Result
+from suite.plugins.interface import Implementation, Result
 
 WORK_S = 0.05
 

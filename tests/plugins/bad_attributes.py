@@ -1,6 +1,6 @@
 """Plugins whose declared attributes cannot be used: each is listed unavailable with the reason."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class NameNotAString(NumpyMHA):

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import Result
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.interface import Result
 
 
 class ReturnsList(NumpyMHA):

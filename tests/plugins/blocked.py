@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyCore
-from suite.plugin import Deviation
+from implementations.numpy.mha import NumpyCore
+from suite.plugins.declarations import Deviation
 
 
 class Blocked(NumpyCore):

@@ -1,7 +1,7 @@
 """Plugins that fail in the ways a registry must survive."""
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import Unavailable
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.interface import Unavailable
 
 
 class RaisesOnConstruct(NumpyMHA):

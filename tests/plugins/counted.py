@@ -4,7 +4,7 @@ and sleeps, so each call is long enough to be timed one call a round."""
 import os
 import time
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 CALL_S = 0.02
 

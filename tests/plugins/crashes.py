@@ -3,7 +3,7 @@ under load), and neighbours that work: the run goes on without the dead worker's
 
 import os
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class Crashes(NumpyMHA):

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class _MovesRows(NumpyMHA):

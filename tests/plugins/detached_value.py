@@ -1,6 +1,6 @@
 """Planted bug: the value path is detached from autograd (forward right, gradients wrong)."""
 
-from implementations.torch_eager import TorchEager
+from implementations.torch.eager import TorchEager
 
 
 class DetachedValue(TorchEager):

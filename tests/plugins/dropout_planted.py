@@ -4,7 +4,7 @@ own wrong way."""
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class _Dropped(NumpyMHA):

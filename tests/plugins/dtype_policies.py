@@ -4,8 +4,8 @@ float16 the fill overflows to -inf (a row of -inf: NaN). Declared per dtype, and
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import VARIANT_FEATURES, Deviation
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.declarations import VARIANT_FEATURES, Deviation
 
 MEAN = Deviation("mean_values", "planted: the -1e30 fill makes a dead row's logits equal")
 NAN = Deviation("nan", "planted: the -1e30 fill overflows to -inf in float16")

@@ -1,7 +1,7 @@
 """Modules whose key/value head count is fixed by their design (``kv_heads``), on the NumPy
 reference: a multi-query module and a grouped one with H // 2 kv heads."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class MultiQuery(NumpyMHA):

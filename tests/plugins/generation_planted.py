@@ -1,7 +1,7 @@
 """Planted generating modules on the NumPy reference, each with one cache bug: the
 generation family must fail each at the steps where it goes wrong, and the reference pass."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class AppendedTwice(NumpyMHA):

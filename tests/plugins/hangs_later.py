@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 CALLS_BEFORE_HANGING = 4
 

@@ -1,8 +1,8 @@
 """Planted bug: splits heads as (B, L, D, H) instead of (B, L, H, D)."""
 
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import VARIANT_FEATURES
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.declarations import VARIANT_FEATURES
 
 
 class WrongHeadOrder(NumpyMHA):

@@ -1,7 +1,7 @@
 """Planted bug: accepts every mask and ignores it."""
 
-from implementations.numpy_mha import NumpyMHA
-from suite.adapters import AttendMask
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.adapters import AttendMask
 
 
 class IgnoresMask(NumpyMHA):

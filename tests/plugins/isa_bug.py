@@ -4,7 +4,7 @@ outputs are off by 1e-2, as a tail loop compiled for one level alone would be.""
 
 import torch
 
-from implementations.torch_eager import TorchEager
+from implementations.torch.eager import TorchEager
 
 
 class IsaBug(TorchEager):

@@ -6,7 +6,7 @@ layer does not have."""
 
 import keras
 
-from implementations.keras_common import KerasModuleCore
+from implementations.keras.common import KerasModuleCore
 
 
 class Attention(keras.layers.Layer):

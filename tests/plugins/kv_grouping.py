@@ -3,7 +3,7 @@ their kv heads), declared and undeclared, in NumPy (with weights) and torch (wit
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class Interleaved(NumpyMHA):
@@ -36,7 +36,7 @@ class Undeclared(Interleaved):
 
 
 try:
-    from implementations.torch_eager import TorchEager
+    from implementations.torch.eager import TorchEager
 except ImportError:  # torch not installed: the NumPy plugins only
     TorchEager = None
 

@@ -4,8 +4,8 @@ that read only ``key``, and one that does so without declaring it."""
 import dataclasses
 import os
 
-from implementations.numpy_mha import NumpyMHA
-from implementations.torch_eager import TorchEager
+from implementations.numpy.mha import NumpyMHA
+from implementations.torch.eager import TorchEager
 
 # Where the plugins write what they were given ("shared"/"distinct" a line), for the test.
 SEEN_ENV = "MHA_SUITE_TEST_KV_SEEN"

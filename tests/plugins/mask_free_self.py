@@ -4,7 +4,7 @@ feature, so every case it runs is unmasked self-attention."""
 
 import torch
 
-from implementations.torch_common import TorchModuleCore
+from implementations.torch.common import TorchModuleCore
 
 
 class QKVAttention(torch.nn.Module):

@@ -6,7 +6,7 @@ another row also wrong, or on a path that never calls the kernel, it fails."""
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class _OnTorch(NumpyMHA):

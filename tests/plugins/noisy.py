@@ -4,7 +4,7 @@ every other round): its rounds' spread is far too wide for a ratio of medians.""
 import itertools
 import time
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class Noisy(NumpyMHA):

@@ -3,8 +3,8 @@ them (the same NumPy algorithm in each)."""
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import VARIANT_FEATURES, Contract
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.declarations import VARIANT_FEATURES, Contract
 
 
 class HalfSoftmax(NumpyMHA):

@@ -3,7 +3,7 @@ the reference pass."""
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 def _opened(mask, where):

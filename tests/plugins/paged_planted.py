@@ -3,7 +3,7 @@ through the block table): the paged family must fail each, and the reference pas
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class OffByOneBlock(NumpyMHA):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from implementations.numpy_mha import NumpyMHA
-from suite.adapters import ScoreVariants
-from suite.plugin import VARIANT_FEATURES, Contract
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.adapters import ScoreVariants
+from suite.plugins.declarations import VARIANT_FEATURES, Contract
 
 INTRINSIC_CAP = 50.0
 

@@ -7,8 +7,9 @@ import dataclasses
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite.plugin import Deviation, Unsupported
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.declarations import Deviation
+from suite.plugins.interface import Unsupported
 
 
 class GarbageThrough(NumpyMHA):

@@ -1,7 +1,7 @@
 """A Flax module whose every call raises, as a library release that refuses the device does:
 its dtype probes all fail, and its listing must say with which exception."""
 
-from implementations.flax_mha import FlaxLinenFp32Softmax
+from implementations.jax.flax import FlaxLinenFp32Softmax
 
 
 class ProbeFails(FlaxLinenFp32Softmax):

@@ -2,7 +2,7 @@
 
 import time
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 CALL_S = 0.05
 

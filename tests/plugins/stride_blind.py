@@ -5,8 +5,8 @@ broadcasts. It declares every layout, so the layouts family runs it on each."""
 
 import torch
 
-from implementations.torch_common import ALL_LAYOUTS
-from implementations.torch_eager import TorchEager
+from implementations.torch.common import ALL_LAYOUTS
+from implementations.torch.eager import TorchEager
 
 
 def _as_contiguous_memory(x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """A subclass of a built-in (NumpyMHA, "numpy") with a bug in every output: a known-failure
 entry listed under the built-in's name applies to it, as its declared deviations do."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class Shifted(NumpyMHA):

@@ -7,10 +7,10 @@ from typing import Any, Dict
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
-from suite.adapters import AttendMask
-from suite.oracle import round_to
-from suite.plugin import VARIANT_FEATURES, Deviation
+from implementations.numpy.mha import NumpyMHA
+from suite.plugins.adapters import AttendMask
+from suite.plugins.declarations import VARIANT_FEATURES, Deviation
+from suite.spec.oracle import round_to
 
 TF32 = Deviation("tf32", "float32 products take TF32 operands (emulated in NumPy)")
 

@@ -1,6 +1,6 @@
 """Plugins that cannot be used: a constructor that raises, a class without the interface."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class ConstructorRaises(NumpyMHA):

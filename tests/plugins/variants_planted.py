@@ -9,8 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA, _t5_bucket
-from suite.variants import ScoreMod
+from implementations.numpy.mha import NumpyMHA, _t5_bucket
+from suite.spec.variants import ScoreMod
 
 
 def _with(mask, **changes):

@@ -7,8 +7,8 @@ import dataclasses
 
 from variants_planted import KeyWidthSplit
 
-from implementations.torch_eager import TorchEager
-from implementations.torch_sdpa import TorchSDPA
+from implementations.torch.eager import TorchEager
+from implementations.torch.sdpa import TorchSDPA
 
 
 class _ChangesOneVariant(TorchEager):

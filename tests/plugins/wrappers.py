@@ -9,9 +9,9 @@ import dataclasses
 
 import torch
 
-from implementations.jax_common import JaxModuleCore
-from implementations.torch_common import TorchModuleCore
-from suite import adapters
+from implementations.jax.common import JaxModuleCore
+from implementations.torch.common import TorchModuleCore
+from suite.plugins import adapters
 
 
 class Attention(torch.nn.Module):

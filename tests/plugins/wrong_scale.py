@@ -1,6 +1,6 @@
 """Planted bug: forgets the 1/sqrt(d) scale (uses 1)."""
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class ForgetsScale(NumpyMHA):

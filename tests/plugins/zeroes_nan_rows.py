@@ -3,7 +3,7 @@ hiding NaN that a NaN query, key or value must give."""
 
 import numpy as np
 
-from implementations.numpy_mha import NumpyMHA
+from implementations.numpy.mha import NumpyMHA
 
 
 class ZeroesNanRows(NumpyMHA):

@@ -1,0 +1,1 @@
+"""The JAX and Flax built-ins."""

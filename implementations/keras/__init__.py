@@ -1,0 +1,1 @@
+"""The Keras built-ins."""

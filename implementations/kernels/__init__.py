@@ -1,0 +1,1 @@
+"""The accelerator kernels: Triton and Pallas (interpreted on a CPU)."""

@@ -1,0 +1,1 @@
+"""The PyTorch built-ins (torch is imported inside each module)."""

@@ -1,0 +1,114 @@
+"""CI's covering selection of the conformance cases (``mha-suite check --cover``).
+
+The whole matrix (``mha-suite check``, ``nox -s check_full``) runs every case of every
+implementation in every dtype: over an hour on the slowest 2-core machine CI runs on. A pull
+request's CI runs a selection that still covers what a stale or wrong declaration would
+break, chosen from the collected cases alone (deterministic: the same cases on every machine
+and every run):
+
+1. the main job's sample (``suite.conformance.sample``): every implementation on every case family in
+   every dtype it has, a few cases of each (the first only for a per-shape compiler or an
+   interpreted kernel);
+2. every lane length once: each case of the lanes family runs on every implementation, in
+   one of its dtypes in turn (case i in dtype i mod n), so every key length around one and
+   two SIMD vectors meets each implementation once (a per-shape compiler or an interpreted
+   kernel: the sample's three, under one vector, past one and past two AVX2 vectors);
+3. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
+   ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
+   so an entry that no longer holds fails the run under ``--strict-declarations``.
+
+Known library behaviours (``suite.plugins.known_behaviours``) follow conditions, not ids: the sample's lanes
+and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
+and was never needed. Property-based cases run the sample's number of examples, one for a
+per-shape compiler or an interpreted kernel (derandomised, the smallest shapes first: the
+entries on one-element problems still show); one that a known-failure entry lists (not
+``{intermittent}``) runs its full count, stopping at its first failure, since the draw that
+shows it may not be the first.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Dict, Iterable, List, NamedTuple, Sequence
+
+from suite.conformance.sample import SAMPLE, compiles_per_shape, counted, sampled
+from suite.conformance.sample import examples as sample_examples
+
+PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
+# Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
+# (a compile each, in each of its dtypes; the derandomised first draw is the smallest shape).
+COVER_EXAMPLES_COMPILED = 1
+
+
+class Item(NamedTuple):
+    """What the selection reads of a collected conformance test."""
+
+    test: str  # the test's name, e.g. test_case[numpy-cpu-float32-masking/combined]
+    impl: object  # the plugin instance
+    impl_name: str
+    device: str
+    dtype: str
+    family: str
+    case: str
+
+
+def choose(items: Sequence[Item], known: Iterable[str], form_order: Iterable[str]
+           ) -> List[bool]:
+    """Which of ``items`` CI's covering selection keeps (one flag each, in order)."""
+    form_order = tuple(form_order)
+    keep = [sampled(it.impl, it.device, it.family, it.case, form_order) for it in items]
+    _every_lane_once(items, keep)
+    where: Dict[str, List[int]] = {}
+    for i, it in enumerate(items):
+        where.setdefault(it.test, []).append(i)
+    for pattern in known:  # (fnmatch.filter compiles each pattern once)
+        hits = [i for name in fnmatch.filter(where, pattern) for i in where[name]]
+        have = [i for i in hits if keep[i]]
+        for i in sorted(set(hits) - set(have), key=lambda i: items[i].test):
+            if len(have) >= PER_ENTRY:
+                break
+            keep[i] = True
+            have.append(i)
+    return keep
+
+
+def _every_lane_once(items: Sequence[Item], keep: List[bool]) -> None:
+    """Each lanes case once per implementation and device, its dtype taken in turn; a
+    per-shape compiler or an interpreted kernel (seconds a case) takes the sample's lanes
+    cases so: under one vector, past one, past two AVX2 vectors."""
+    lanes: Dict[tuple, List[int]] = {}
+    for i, it in enumerate(items):
+        if it.family == "lanes" and (it.case in SAMPLE["lanes"]
+                                     or not compiles_per_shape(it.impl, it.device)):
+            lanes.setdefault((it.impl_name, it.device), []).append(i)
+    for indices in lanes.values():
+        cases = sorted({items[i].case for i in indices}, key=_lane_order)
+        dtypes = sorted({items[i].dtype for i in indices})
+        turn = {case: dtypes[n % len(dtypes)] for n, case in enumerate(cases)}
+        for i in indices:
+            if turn[items[i].case] == items[i].dtype:
+                keep[i] = True
+
+
+def _lane_order(case: str) -> tuple:
+    """nan_query_S4 -> (4, 'nan_query'): lengths in order, kinds interleaved across dtypes."""
+    kind, _, length = case.rpartition("_S")
+    return (int(length), kind) if length.isdigit() else (0, case)
+
+
+def left_counts(items: Sequence[Item], keep: Sequence[bool]) -> Dict[str, Dict[str, int]]:
+    """impl -> family -> cases the selection left to a full check (mask forms a plugin does
+    not declare are not counted: they are unsupported without running)."""
+    left: Dict[str, Dict[str, int]] = {}
+    for it, kept in zip(items, keep):
+        if not kept and counted(it.impl, it.family, it.case):
+            fams = left.setdefault(it.impl_name, {})
+            fams[it.family] = fams.get(it.family, 0) + 1
+    return left
+
+
+def examples(impl: object, device: str, full: int) -> int:
+    """Property-based examples for ``impl`` in CI's selection (at most ``full``)."""
+    if compiles_per_shape(impl, device):
+        return min(full, COVER_EXAMPLES_COMPILED)
+    return sample_examples(impl, device, full)

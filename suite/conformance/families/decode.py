@@ -1,0 +1,117 @@
+"""The decode family: attention as a generating model runs it, a few query rows against a
+key/value cache (``Mask.query_offset``, feature ``decode``).
+
+Each batch's Lq query rows sit at their own absolute positions ``query_offset[b] ..
+query_offset[b] + Lq - 1`` of an S-slot cache whose first ``valid_lens[b]`` slots are filled
+(per-batch cache lengths: the rows of a batch are at different steps), and the causal part
+is aligned at the offset: query i sees keys j <= query_offset[b] + i. The oracle judges each
+case as the attention of those rows over the keys they may see; the slots past a cache's
+length hold what a static cache leaves there (here: large finite values), which must not
+reach any row. Cases: one row per batch (a decode step), a few rows (speculative or chunked
+decoding), a static cache longer than every sequence, the offsets alone (a cache holding
+later tokens: only causality at the offset hides them), a sliding window whose boundary
+falls inside the cache, GQA and MQA caches, and a chunk of prefill at an offset.
+
+``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from suite.conformance.families.declare import family
+from suite.spec.problem import Mask, Problem, make_problem
+
+FAMILY = "decode"
+# B, E, H as the masking family (D = 4); S cache slots.
+DB, DE, DH, DS = 3, 16, 4, 16
+BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
+# What a static cache's unfilled slots hold here: finite and large, so a row that reads one
+# is far off (NaN there is the special-values family's concern).
+GARBAGE = 1e3
+
+
+
+
+def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
+                   offsets: Optional[Sequence[int]] = None, S: int = DS,
+                   K: Optional[int] = None, window: Optional[int] = None) -> Problem:
+    """Lq = L rows per batch at ``offsets`` (default: the last L filled slots,
+    ``lengths[b] - L``) of an S-slot cache filled to ``lengths`` (None: no lengths, every
+    slot holds a token); slots past a length hold ``GARBAGE``-sized values. ``window``:
+    query i also sees only keys j > its position - window (a sliding window)."""
+    if offsets is None:
+        offsets = [n - L for n in lengths]
+    off = np.asarray(offsets, dtype=np.int64)
+    allowed = None
+    if window is not None:
+        pos = off[:, None] + np.arange(L)[None, :]  # (B, L)
+        allowed = (np.arange(S)[None, None, :] > pos[:, :, None] - window)[:, None]
+    lens = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+    p = make_problem(seed, DB, L, S, DE, DH, K, mask=Mask(
+        valid_lens=lens, causal=True, allowed=allowed, query_offset=off))
+    if lens is None:
+        return p
+    rng = np.random.default_rng(seed + 1)
+    key, value = p.key.copy(), p.value.copy()
+    for b, n in enumerate(lens):
+        key[b, n:] = GARBAGE * rng.standard_normal(key[b, n:].shape)
+        value[b, n:] = GARBAGE * rng.standard_normal(value[b, n:].shape)
+    return dataclasses.replace(p, key=key, value=value)
+
+
+@case("one_row")
+def _one_row(seed):
+    """A decode step: one row per batch at its cache's last filled slot (lengths 16, 7, 1)."""
+    return decode_problem(seed, 1, [16, 7, 1])
+
+
+@case("few_rows")
+def _few_rows(seed):
+    """Three rows per batch (speculative or chunked decoding) at the end of caches filled
+    to 16, 9 and 3: row i sees one key more than row i - 1."""
+    return decode_problem(seed, 3, [16, 9, 3])
+
+
+@case("static_cache")
+def _static_cache(seed):
+    """A static cache of 24 slots longer than every sequence (lengths 10, 4, 17): the slots
+    past each length hold large values that must not reach any row."""
+    return decode_problem(seed, 1, [10, 4, 17], S=24)
+
+
+@case("offsets_alone")
+def _offsets_alone(seed):
+    """No lengths: every slot holds a token and only causality at each batch's offset (15,
+    9, 2) hides the later ones; a kernel that aligns at the cache's end, at 0, or one slot
+    late reads keys it must not."""
+    return decode_problem(seed, 1, None, offsets=[15, 9, 2])
+
+
+@case("window_in_cache")
+def _window_in_cache(seed):
+    """Two rows per batch with a sliding window of 6 keys whose boundary falls inside each
+    cache (lengths 16, 11, 5): the oldest filled slots are out of the window."""
+    return decode_problem(seed, 2, [16, 11, 5], window=6)
+
+
+@case("gqa")
+def _gqa(seed):
+    """Two key/value heads for four query heads in the cache (lengths 16, 8, 2)."""
+    return decode_problem(seed, 1, [16, 8, 2], K=2)
+
+
+@case("mqa")
+def _mqa(seed):
+    """One key/value head for four query heads, two rows (lengths 12, 16, 3)."""
+    return decode_problem(seed, 2, [12, 16, 3], K=1)
+
+
+@case("prefill_chunk")
+def _prefill_chunk(seed):
+    """A chunk of five rows of prefill at offsets 0, 4 and 11 (lengths 5, 9, 16): the first
+    chunk is ordinary causal attention, the others continue a cache."""
+    return decode_problem(seed, 5, [5, 9, 16])

@@ -1,0 +1,121 @@
+"""The generation family: a module that keeps its own key/value cache computes a causal
+self-attention problem as a generating model does, a prefill and then decode steps
+(``Problem.steps``, feature ``steps``), each chunk's rows attending what its cache holds.
+
+The answer is the same attention as one call's, so the oracle judges every chunk's rows as
+it judges the whole prefill: a cache appended twice, written one slot off, rolled early or
+read past what it holds fails at the rows of the step where it goes wrong (the failing rows
+name the step), and a module whose decode steps disagree with its own prefill fails too.
+Cases: a prefill then single steps, one token at a time from an empty cache, a chunked
+prefill, a static cache longer than the sequence (``Problem.cache_len``, feature
+``static_cache``), a sliding window whose boundary falls inside the cache (given as the
+``local_window+causal_flag`` mask form to a plugin that declares it, as a sliding-window
+model's config takes it), and a grouped-query cache.
+
+``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from suite.conformance.families.declare import family
+from suite.spec.problem import Mask, Problem, make_problem
+
+FAMILY = "generation"
+GB, GE, GH = 2, 16, 4  # batch, width, heads (D = 4)
+WINDOW = 4  # the window case: query i sees keys i - 3 .. i
+WINDOW_FORM = "local_window+causal_flag"
+BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
+
+
+
+
+def generation_problem(seed: int, steps: Sequence[int], cache_len: Optional[int] = None,
+                       K: Optional[int] = None, window: Optional[int] = None) -> Problem:
+    """A causal self-attention problem of L = sum(steps) tokens computed in ``steps``."""
+    L = int(sum(steps))
+    allowed = None
+    if window is not None:  # query i also sees only keys j > i - window
+        i = np.arange(L)
+        allowed = (i[None, :] > i[:, None] - window)[None, None]
+    p = make_problem(seed, GB, L, L, GE, GH, K, self_attention=True,
+                     mask=Mask(causal=True, allowed=allowed))
+    return dataclasses.replace(p, steps=tuple(int(n) for n in steps), cache_len=cache_len)
+
+
+@case("prefill_then_steps")
+def _prefill_then_steps(seed):
+    """A prefill of 6 tokens, then 5 decode steps of one token each."""
+    return generation_problem(seed, (6, 1, 1, 1, 1, 1))
+
+
+@case("token_by_token")
+def _token_by_token(seed):
+    """Eight steps of one token from an empty cache (no prefill)."""
+    return generation_problem(seed, (1,) * 8)
+
+
+@case("chunked_prefill")
+def _chunked_prefill(seed):
+    """A prefill in chunks of 5, 4 and 3 tokens, then a step of 2 (speculative decoding)."""
+    return generation_problem(seed, (5, 4, 3, 2))
+
+
+@case("static_cache")
+def _static_cache(seed):
+    """A static cache of 16 slots for 9 tokens (a prefill of 5, then 4 steps): the slots not
+    yet written must not reach any row."""
+    return generation_problem(seed, (5, 1, 1, 1, 1), cache_len=16)
+
+
+def _window_judge(impl: Any, out: Any, p: Problem) -> Any:
+    """The window as a sliding-window model's config takes it, to a plugin that declares
+    that mask form; as the canonical mask to any other."""
+    from suite.conformance.judge import run_problem
+    from suite.plugins.adapters import with_form
+    from suite.plugins.interface import declared
+
+    if WINDOW_FORM in declared(impl, "mask_forms"):
+        p = with_form(p, WINDOW_FORM)
+    return run_problem(impl, out, p)
+
+
+@case("window_in_cache", judge=_window_judge)
+def _window_in_cache(seed):
+    """A sliding window of 4 tokens over a prefill of 6 and 6 steps: from the second step
+    on, the window's boundary falls inside the cache (a cache that rolls one step early or
+    late reads a key too many or too few)."""
+    return generation_problem(seed, (6,) + (1,) * 6, window=WINDOW)
+
+
+@case("gqa_cache")
+def _gqa_cache(seed):
+    """Two key/value heads for four query heads in the cache: a prefill of 4, 3 steps."""
+    return generation_problem(seed, (4, 1, 1, 1), K=2)
+
+
+def _judge_prefill(impl: Any, out: Any, p: Problem) -> Any:
+    """The module's prefill, then its decode steps, against its own prefill of the same
+    tokens in one call: each step's rows and the one call's differ by no more than two
+    results within the rule's bound can (the paths' agreement, beside the oracle's verdict
+    on each)."""
+    from suite.conformance.judge import forms_agree
+
+    starts = np.cumsum((0,) + p.steps[:-1]).tolist()
+    parts = [((slice(None), rows), (slice(None), rows),
+              f"step {i + 1} of {len(p.steps)}, rows from {start}")
+             for i, (start, n) in enumerate(zip(starts, p.steps))
+             for rows in [slice(start, start + n)]]
+    return forms_agree(impl, out, p, dataclasses.replace(p, steps=None, cache_len=None),
+                       parts, "decode steps vs the module's own prefill")
+
+
+@case("agrees_with_prefill", judge=_judge_prefill)
+def _agrees_with_prefill(seed):
+    """A prefill of 5 tokens and 4 single steps, and the same 9 tokens in one call: a
+    module's decode path computes what its prefill path does (#40 item 6)."""
+    return generation_problem(seed, (5, 1, 1, 1, 1))

@@ -1,0 +1,1 @@
+"""The conformance session's pytest modules (``--pyargs suite.conformance.tests``)."""

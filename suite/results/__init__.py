@@ -1,0 +1,1 @@
+"""The results files (the only writer), environment facts, the vocabularies."""

@@ -1,0 +1,1 @@
+"""Sweeps: presets, the session, measuring and timing, points, shards, fidelity."""
