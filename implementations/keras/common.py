@@ -391,10 +391,13 @@ def _to_tensors(mask: Any, dtype: str) -> Any:
 
 
 def _config(layer: Any) -> Any:
-    """The layer's configuration without its name (one compiled call serves every layer of
-    that configuration), or the layer itself when it has no configuration."""
+    """The layer's configuration without its name and seed (one compiled call serves every
+    layer of that configuration: a seed only sets the initial state of the layer's
+    ``SeedGenerator``, a non-trainable variable and so an argument of the call, so a new
+    dropout draw per call does not compile anew), or the layer itself when it has no
+    configuration."""
     try:
         config = layer.get_config()
     except NotImplementedError:
         return id(layer)
-    return repr(sorted((k, v) for k, v in config.items() if k != "name"))
+    return repr(sorted((k, v) for k, v in config.items() if k not in ("name", "seed")))

@@ -22,10 +22,20 @@ Translation: the canonical weights go into the ``EinsumDense`` kernels (E, H, D)
 top-left causal alone becomes ``use_causal_mask=True``. Keras has no per-head mask, no
 additive bias, no GQA and no scale argument (always 1/sqrt(key_dim)); ``use_bias`` is all
 or nothing, so a problem with only some biases is refused.
+
+Training mode (``Problem.dropout``, feature ``dropout``): the layer is made with
+``dropout=p`` and called with ``training=True``; a layer with dropout > 0 always takes the
+explicit path (its ``_compute_attention``), whose ``Dropout`` sub-layer drops the softmax's
+weights with the layer's ``SeedGenerator``. Each call is a new layer, so its ``seed`` is the
+draw's own (``dropout_seed``: the problem's digest and the draw's index), so successive
+calls draw new masks and a run replays them. On jax the generator's state is one of the
+layer's non-trainable variables, an argument of the compiled call (one executable for
+every draw); on torch it seeds a ``torch.Generator`` per call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from typing import Any, Dict, List
 
@@ -37,7 +47,7 @@ from suite.spec.problem import Problem
 
 BACKENDS = ("torch", "jax", "tensorflow")
 FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                      "grad"})
+                      "grad", "dropout"})
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -64,9 +74,29 @@ MASK_FORMS = frozenset({"bool_BLS", "causal_flag", "causal_flag+bool_BLS", "kpm_
                         "qpm_bool+kpm_bool"})
 
 
+def dropout_seed(impl: Any, p: Problem) -> int:
+    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
+    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
+    ``impl`` has made of that problem before), so each call draws a new mask and a run
+    replays its draws. 31 bits (Keras's torch backend adds its call counter to it)."""
+    from suite.spec.oracle import digest
+
+    key = digest(p)
+    draws = impl.__dict__.setdefault("_dropout_draws", {})
+    index = draws[key] = draws.get(key, -1) + 1
+    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
 def call_kwargs(p: Problem) -> Dict[str, Any]:
     """The canonical mask as the layer's ``attention_mask`` (B, L, S) and ``use_causal_mask``
-    (for a requested mask form: its parts as the layer's own keywords)."""
+    (for a requested mask form: its parts as the layer's own keywords), and ``training=True``
+    in training mode (``p.dropout`` set)."""
+    training = {} if p.dropout is None else {"training": True}
+    return {**_mask_kwargs(p), **training}
+
+
+def _mask_kwargs(p: Problem) -> Dict[str, Any]:
     if adapters.requested_form(p):
         form = adapters.form_mask(p)
         kw = {"attention_mask": form.attn,
@@ -123,7 +153,11 @@ class KerasMHA(KerasModuleCore):
         return [t for t in DTYPES if _usable(t, self.returns_weights)]
 
     def build(self, problem: Problem, dtype: str):
-        return build_layer(problem, dtype, **self.layer_kwargs)
+        p = problem
+        # Training mode: the layer's dropout, its Dropout sub-layer seeded per draw.
+        dropout = {} if p.dropout is None else {"dropout": p.dropout,
+                                                "seed": dropout_seed(self, p)}
+        return build_layer(p, dtype, **{**dropout, **self.layer_kwargs})
 
     def module_mask(self, problem: Problem) -> Dict[str, Any]:
         return call_kwargs(problem)
