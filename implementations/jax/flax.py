@@ -15,14 +15,27 @@ alone ``is_causal=True``. It has no additive bias and no scale argument (1/sqrt(
 ``use_bias`` is all or nothing. The module's ``dtype`` and ``param_dtype`` are the dtype
 measured; the module, split by ``nnx.split`` into its graph (static) and its state (the
 parameters) and merged again inside the traced call, runs on ``JaxModuleCore``.
+
+Training mode (``Problem.dropout``, feature ``dropout``, every name here):
+``dropout_rate=p``, ``deterministic=False`` and a ``dropout`` PRNG key per call from the
+problem's digest and the draw's index (``dropout_seed``), so successive calls draw new
+masks and a run replays them: nnx keeps it in the module's ``rngs`` (its state, an argument
+of the compiled call: one executable for every draw), linen takes it in ``apply(rngs=)``
+(carried beside the parameters). A rate above 0 takes flax's explicit path
+(``dot_product_attention_weights``), which drops the softmax's weights. Both set
+``broadcast_dropout=False``: flax's default (True) draws one (L, S) mask shared by every
+batch item and head, which the spec's dropout (independent per batch item, head, query and
+key) is not; that is the translation of the spec, as a mask's convention is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Dict, Sequence, Tuple
 
 import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -37,7 +50,33 @@ from suite.spec.problem import Problem
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
 FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                      "gqa", "grad"})
+                      "gqa", "grad", "dropout"})
+# Where linen's dropout key rides beside its parameters (popped before ``apply``).
+DROPOUT_KEY = "dropout_rng"
+
+
+def dropout_seed(impl: Any, p: Problem) -> int:
+    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
+    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
+    ``impl`` has made of that problem before), so each call draws a new mask and a run
+    replays its draws."""
+    from suite.spec.oracle import digest
+
+    key = digest(p)
+    draws = impl.__dict__.setdefault("_dropout_draws", {})
+    index = draws[key] = draws.get(key, -1) + 1
+    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+def dropout_options(impl: Any, p: Problem) -> Dict[str, Any]:
+    """The constructor arguments of training mode (none in eval mode): the problem's rate,
+    not deterministic, a mask per batch item and head (``broadcast_dropout=False``)."""
+    if p.dropout is None:
+        return {}
+    return {"dropout_rate": p.dropout, "deterministic": False, "broadcast_dropout": False}
+
+
 # Mask forms the module's ``mask`` takes: boolean, broadcastable to (B, H, L, S) (its
 # docstring's shape; the fused path hands it to jax.nn, the explicit one broadcasts it in
 # jnp.where), and is_causal beside it.
@@ -116,8 +155,12 @@ class FlaxMHA(JaxModuleCore):
         return parts
 
     def build(self, problem: Problem, dtype: str) -> Tuple[Any, Any]:
-        """The module split into its graph (static) and its state (the parameters)."""
-        return nnx.split(build_module(problem, dtype, **self.module_kwargs))
+        """The module split into its graph (static) and its state (the parameters; in
+        training mode also its ``dropout`` rng stream, seeded for this draw)."""
+        p, train = problem, dropout_options(self, problem)
+        if train:
+            train["rngs"] = nnx.Rngs(0, dropout=dropout_seed(self, p))
+        return nnx.split(build_module(p, dtype, **{**train, **self.module_kwargs}))
 
     def read_weights(self, params) -> Dict[str, np.ndarray]:
         """The ``LinearGeneral`` kernels and biases of the state ``build`` made -> canonical
@@ -164,12 +207,13 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
     layers = EINSUM_LAYERS  # DenseGeneral kernels: read back by read_weights
     framework = "flax"
     array_library = "jax"
-    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross"})
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
+                          "dropout"})
     force_fp32_for_softmax = True
     deviations = FlaxMHA.deviations
-    # A path of linen's explicit attention: the families its softmax changes, and the
-    # contract that the option changes it.
-    families = frozenset({"masking", "numerics", "shapes", "contracts"})
+    # A path of linen's explicit attention: the families its softmax changes (dropout
+    # follows that softmax), and the contract that the option changes it.
+    families = frozenset({"masking", "numerics", "shapes", "contracts", "dropout"})
     contracts = (Contract(
         "fp32_softmax", "closer_to_oracle", {"force_fp32_for_softmax": False},
         "force_fp32_for_softmax=True: the softmax of bfloat16 or float16 logits runs in "
@@ -194,14 +238,21 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
         if any(present) and not all(present):
             raise Unsupported("flax's use_bias is all or nothing: the problem has only some "
                               "biases")
-        module = linen.MultiHeadDotProductAttention(
-            num_heads=p.H, qkv_features=p.H * p.D, out_features=p.E, dtype=t, param_dtype=t,
-            use_bias=all(present), dropout_rate=0.0, deterministic=True,
-            force_fp32_for_softmax=self.force_fp32_for_softmax)
-        return module, self.einsum_params(p, dtype)  # q/k/v (E, H, D), o (H, D, E)
+        module = linen.MultiHeadDotProductAttention(**{
+            "num_heads": p.H, "qkv_features": p.H * p.D, "out_features": p.E, "dtype": t,
+            "param_dtype": t, "use_bias": all(present), "dropout_rate": 0.0,
+            "deterministic": True, "force_fp32_for_softmax": self.force_fp32_for_softmax,
+            **dropout_options(self, p)})
+        params = self.einsum_params(p, dtype)  # q/k/v (E, H, D), o (H, D, E)
+        if p.dropout is not None:  # this draw's key: an argument of the compiled call
+            params[DROPOUT_KEY] = jax.random.key(dropout_seed(self, p))
+        return module, params
 
     def call(self, module, params, query, key, value, mask, need_weights):
-        return module.apply({"params": params}, query, key, value, mask=mask.mask)
+        params = dict(params)
+        rng = params.pop(DROPOUT_KEY, None)
+        return module.apply({"params": params}, query, key, value, mask=mask.mask,
+                            rngs=None if rng is None else {"dropout": rng})
 
 
 def _probe(impl: Any, device: str, dtype: str) -> None:
