@@ -30,10 +30,24 @@ identity (cos = 1, sin = 0), as ``hf.llama`` does. A layer without its output pr
 (BERT keeps it in ``BertSelfOutput`` with a residual and a LayerNorm) gets the canonical
 ``W_o`` as a plain linear layer after it. Models are created in float64, loaded, then cast to
 the run's dtype (one rounding).
+
+Training mode (``Problem.dropout``, feature ``dropout``): the config's attention dropout
+(``attention_dropout``, GPT-2's ``attn_pdrop``, BERT's ``attention_probs_dropout_prob``) is
+the problem's, every other dropout of the config stays 0 (BLOOM's ``hidden_dropout`` is in
+its attention layer's residual add), and ``TorchModuleCore`` puts the model in ``train()``
+mode; each model's attention code drops its softmax's weights (eager: ``F.dropout``; sdpa:
+``dropout_p``). torch's RNG is seeded per call from the problem's digest and the draw's
+index (``SeededDropout``) inside ``torch.random.fork_rng``, so each call draws a new mask, a
+run replays, and nothing else's draws move. The flex names leave ``dropout`` undeclared:
+transformers' ``flex_attention_forward`` raises for any dropout above 0 ("`flex_attention`
+does not support `dropout`"). A model is measured on its own self-attention: a problem with
+Lq != Lk is unsupported, so the dropout family's cases (all cross-attention) are too;
+``tests/test_dropout.py`` judges its square forms.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -55,7 +69,46 @@ class _Stop(Exception):
     """Raised by the hook on the first attention layer: the rest of the model is not needed."""
 
 
-class HFModelCore(TorchModuleCore):
+def dropout_seed(impl: Any, p: Problem) -> int:
+    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
+    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
+    ``impl`` has made of that problem before), so each call draws a new mask and a run
+    replays its draws."""
+    from suite.spec.oracle import digest
+
+    key = digest(p)
+    draws = impl.__dict__.setdefault("_dropout_draws", {})
+    index = draws[key] = draws.get(key, -1) + 1
+    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+def attention_dropout(p: Problem) -> float:
+    """The config's attention dropout for ``p``: its rate in training mode, else 0."""
+    return 0.0 if p.dropout is None else float(p.dropout)
+
+
+class SeededDropout:
+    """Training mode for a torch module plugin: ``seed_dropout`` gives the prepared state
+    this draw's seed (training mode only), and the forward runs with torch's RNG seeded by
+    it inside ``torch.random.fork_rng`` (the process's RNG is left as it was)."""
+
+    def seed_dropout(self, state: Dict[str, Any], p: Problem) -> Dict[str, Any]:
+        if p.dropout is not None:
+            state["dropout_seed"] = dropout_seed(self, p)
+        return state
+
+    def forward(self, state: Dict[str, Any]):
+        seed = state.get("dropout_seed")
+        if seed is None:
+            return super().forward(state)
+        dev = state["device"]
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(seed)
+            return super().forward(state)
+
+
+class HFModelCore(SeededDropout, TorchModuleCore):
     """A whole HF model as a plugin, measured at its first attention layer.
 
     Subclasses write ``config(problem)`` (a small config: the problem's width and heads, one
@@ -83,7 +136,8 @@ class HFModelCore(TorchModuleCore):
     # packed: sequences back to back, as padding-free training hands them over (position_ids
     # restarting at each sequence, no attention_mask, no cache: the causal masks find the
     # sequences from the positions)
-    features = frozenset({"valid_lens", "causal", "steps", "static_cache", "packed"})
+    features = frozenset({"valid_lens", "causal", "steps", "static_cache", "packed",
+                          "dropout"})
     # What a model takes: its 2-D attention_mask (B, S) beside its own causality, or nothing.
     mask_forms = frozenset({"causal_flag", "causal_flag+kpm_bool"})
 
@@ -100,7 +154,8 @@ class HFModelCore(TorchModuleCore):
         return transformers.__version__
 
     def config(self, problem: Problem) -> Any:
-        """The model's config for ``problem`` (its sizes, one layer, no dropout)."""
+        """The model's config for ``problem`` (its sizes, one layer, no dropout but the
+        attention's in training mode: ``attention_dropout(problem)``)."""
         raise NotImplementedError
 
     def sliding_window(self, problem: Problem) -> int:
@@ -183,7 +238,8 @@ class HFModelCore(TorchModuleCore):
         if self.switches_biases() and \
                 len({w.b_q is None, w.b_k is None, w.b_v is None, w.b_o is None}) > 1:
             raise Unsupported("the config switches the q, k, v and o biases together")
-        return super().prepare(p, device, dtype, need_weights=need_weights, grad=grad)
+        state = super().prepare(p, device, dtype, need_weights=need_weights, grad=grad)
+        return self.seed_dropout(state, p)
 
     def switches_biases(self) -> bool:
         """Whether the config's one option (``attention_bias``) adds all four biases or none."""
@@ -321,7 +377,8 @@ class HFModelLlama(HFModelCore):
         _even_head_width(p)
         return transformers.LlamaConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
-            attention_bias=p.weights.b_q is not None, attention_dropout=0.0, **_small(p))
+            attention_bias=p.weights.b_q is not None, attention_dropout=attention_dropout(p),
+            **_small(p))
 
 
 class HFModelMistral(HFModelLlama):
@@ -341,7 +398,8 @@ class HFModelMistral(HFModelLlama):
         _even_head_width(p)
         return transformers.MistralConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
-            sliding_window=self.sliding_window(p), attention_dropout=0.0, **_small(p))
+            sliding_window=self.sliding_window(p), attention_dropout=attention_dropout(p),
+            **_small(p))
 
 
 class HFModelGemma2(HFModelLlama):
@@ -367,7 +425,7 @@ class HFModelGemma2(HFModelLlama):
             query_pre_attn_scalar=n, attn_logit_softcapping=p.softcap,
             final_logit_softcapping=None, sliding_window=self.sliding_window(p),
             layer_types=["sliding_attention"], attention_bias=p.weights.b_q is not None,
-            attention_dropout=0.0, **_small(p))
+            attention_dropout=attention_dropout(p), **_small(p))
 
 
 class HFModelGptOss(HFModelLlama):
@@ -386,7 +444,7 @@ class HFModelGptOss(HFModelLlama):
         return transformers.GptOssConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             sliding_window=self.sliding_window(p), layer_types=["sliding_attention"],
-            attention_bias=p.weights.b_q is not None, attention_dropout=0.0,
+            attention_bias=p.weights.b_q is not None, attention_dropout=attention_dropout(p),
             num_local_experts=2, num_experts_per_tok=1, **_small(p))
 
     def call(self, model, query, key, value, mask, need_weights):
@@ -424,7 +482,8 @@ class HFModelBloom(HFModelCore):
 
     def config(self, p):
         return transformers.BloomConfig(hidden_size=p.E, n_head=p.H, n_layer=1, vocab_size=8,
-                                        attention_dropout=0.0, hidden_dropout=0.0)
+                                        attention_dropout=attention_dropout(p),
+                                        hidden_dropout=0.0)
 
     def prepare(self, problem, device, dtype, *, need_weights=False, grad=False):
         a = problem.alibi
@@ -466,7 +525,8 @@ class HFModelGPT2(HFModelCore):
 
     def config(self, p):
         return transformers.GPT2Config(n_embd=p.E, n_head=p.H, n_layer=1, vocab_size=8,
-                                       attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+                                       attn_pdrop=attention_dropout(p), resid_pdrop=0.0,
+                                       embd_pdrop=0.0,
                                        bos_token_id=0, eos_token_id=0,
                                        n_positions=max(1024, p.L))  # a position per query
 
@@ -494,7 +554,7 @@ class HFModelBert(HFModelCore):
 
     def config(self, p):
         return transformers.BertConfig(hidden_size=p.E, num_attention_heads=p.H,
-                                       attention_probs_dropout_prob=0.0,
+                                       attention_probs_dropout_prob=attention_dropout(p),
                                        hidden_dropout_prob=0.0, is_decoder=self.causal,
                                        max_position_embeddings=max(512, p.L),
                                        **_small(p))
@@ -546,7 +606,8 @@ def variants() -> List[type]:
         for attn in base.attns:
             features = base.features | ({"weights"} if attn == "eager" else set())
             if attn == "flex":
-                features = features - {"steps", "static_cache"}
+                # transformers' flex_attention_forward raises for any dropout above 0
+                features = features - {"steps", "static_cache", "dropout"}
             out.append(type(f"HFModel_{model}_{attn}", (base,), {
                 "name": f"hf.model.{model}[{attn}]", "attn": attn,
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],

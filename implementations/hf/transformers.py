@@ -28,6 +28,16 @@ has no separate input: it is folded into a float additive mask (fill ``finfo.min
 
 Code paths: ``eager`` always computes and returns the attention weights, so one name each
 covers it with weights; ``sdpa`` returns none (no ``weights`` feature).
+
+Training mode (``Problem.dropout``, feature ``dropout``): the config's attention dropout
+(BERT's ``attention_probs_dropout_prob``, GPT-2's ``attn_pdrop``, Llama's
+``attention_dropout``) is the problem's, GPT-2's ``resid_pdrop`` (after ``c_proj``) stays 0,
+and the module is in ``train()`` mode; its eager path drops the softmax's weights with
+``F.dropout`` (GPT-2's upcast path with its ``attn_dropout``), sdpa passes ``dropout_p``.
+torch's RNG is seeded per call from the problem's digest and the draw's index
+(``implementations.hf.model.SeededDropout``). ``hf.llama`` is self-attention only, so the
+dropout family's cases (all Lq != Lk) are unsupported there; ``tests/test_dropout.py``
+judges its square forms.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import torch
 import transformers
 
 from implementations.hf import model as hf_model
+from implementations.hf.model import SeededDropout, attention_dropout
 from implementations.torch.common import TorchModuleCore, _np
 from suite.plugins import adapters
 from suite.plugins.declarations import Contract, Deviation
@@ -85,13 +96,14 @@ def hf_mask(problem: Problem, attn: str, dtype: torch.dtype, device: torch.devic
     return {"attention_mask": mask, "is_causal": parts.causal is not None}
 
 
-class HFAttention(TorchModuleCore):
+class HFAttention(SeededDropout, TorchModuleCore):
     """One HF attention module with one attention implementation; subclasses build it."""
 
     framework = "hf"
     array_library = "torch"
     attn = "eager"
-    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias"})
+    features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
+                          "dropout"})
 
     def framework_version(self) -> str:
         return transformers.__version__  # shown as "hf 5.x on torch"
@@ -100,7 +112,8 @@ class HFAttention(TorchModuleCore):
         if not _same(problem.key, problem.value):
             raise Unsupported("the module takes one key/value source: key and value must be "
                               "the same array")
-        return super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        state = super().prepare(problem, device, dtype, need_weights=need_weights, grad=grad)
+        return self.seed_dropout(state, problem)
 
     def module_mask(self, problem: Problem, device: torch.device, dtype: torch.dtype
                     ) -> Dict[str, Any]:
@@ -130,7 +143,8 @@ class HFBert(HFAttention):
         from transformers.models.bert.modeling_bert import BertConfig, BertCrossAttention
 
         config = BertConfig(hidden_size=p.E, num_attention_heads=p.H,
-                            attention_probs_dropout_prob=0.0, attn_implementation=self.attn)
+                            attention_probs_dropout_prob=attention_dropout(p),
+                            attn_implementation=self.attn)
         module = BertCrossAttention(config)
         # The canonical output projection (BERT's sits in BertSelfOutput with a residual and
         # a LayerNorm): a plain linear layer after the module.
@@ -185,10 +199,11 @@ class HFGPT2(HFAttention):
         return not grad and _same(problem.query, problem.key)
 
     def config(self, p):
-        """The GPT2Config this name builds its module from (no dropout)."""
+        """The GPT2Config this name builds its module from (no dropout but the attention's
+        in training mode)."""
         from transformers.models.gpt2.modeling_gpt2 import GPT2Config
 
-        return GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=0.0, resid_pdrop=0.0,
+        return GPT2Config(n_embd=p.E, n_head=p.H, attn_pdrop=attention_dropout(p), resid_pdrop=0.0,
                           attn_implementation=self.attn, **self.config_options)
 
     def build_for(self, p, *, shared_input):
@@ -261,7 +276,8 @@ class HFLlama(HFAttention):
             raise Unsupported("Llama's attention_bias switches the q, k, v and o biases together")
         config = LlamaConfig(hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K,
                              head_dim=p.D, attention_bias=w.b_q is not None,
-                             attention_dropout=0.0, attn_implementation=self.attn)
+                             attention_dropout=attention_dropout(p),
+                             attn_implementation=self.attn)
         return LlamaAttention(config, layer_idx=0).double()  # float64 before the weights go in
 
     def load_weights(self, module, p):
@@ -356,6 +372,10 @@ GPT2_OPTIONS = {
 # which these options do not touch.
 PATH_FAMILIES = frozenset({"masking", "shapes", "numerics", "properties", "mask_forms", "tiles",
                            "special_values"})
+# The upcast path (_upcast_and_reordered_attn) drops its weights with its own call of the
+# module's attn_dropout, so it runs the dropout family too; the scale options change the
+# logits before the softmax, not the dropout after it.
+DROPOUT_PATH = {"upcast": {"dropout"}}
 
 
 def gpt2_contracts(option: str, attn: str, layer_idx: int) -> Tuple[Contract, ...]:
@@ -394,7 +414,7 @@ def gpt2_config_variants() -> List[type]:
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],
                 "mask_forms": MASK_FORMS[attn], "config_options": config,
                 "layer_idx": layer_idx, "fold_scale": True,
-                "families": PATH_FAMILIES | {"contracts"},
+                "families": PATH_FAMILIES | {"contracts"} | DROPOUT_PATH.get(option, set()),
                 "contracts": gpt2_contracts(option, attn, layer_idx)
                 + (EAGER_PATH if attn == "sdpa" else ()), "__module__": __name__}))
     return out
