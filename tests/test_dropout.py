@@ -83,3 +83,152 @@ def test_a_bad_dropout_is_one_line(rate):
     with pytest.raises(InputError, match=r"^dropout: expected None \(eval mode\) or a "
                                          r"probability in \[0, 1\), got "):
         p.validate()
+
+
+# --- the built-ins whose libraries drop attention weights (Keras, Flax, Hugging Face) -------
+
+
+def _keras(name="keras.mha"):
+    pytest.importorskip("implementations.keras.mha")  # picks Keras's backend, then imports it
+    from implementations.keras.mha import KerasMHA, KerasMHAWeights
+
+    return {"keras.mha": KerasMHA, "keras.mha+weights": KerasMHAWeights}[name]
+
+
+def _flax(name="flax.mha"):
+    pytest.importorskip("flax")
+    from implementations.jax.flax import FlaxLinenFp32Softmax, FlaxMHA
+
+    return {"flax.mha": FlaxMHA, "flax.linen[fp32_softmax]": FlaxLinenFp32Softmax}[name]
+
+
+def _hf(name):
+    pytest.importorskip("transformers")
+    from implementations.hf.transformers import variants
+
+    (cls,) = [c for c in variants() if c.name == name]
+    return cls
+
+
+def _planted(base, name, **attrs):
+    """A subclass of the built-in ``base`` with one attribute changed: the planted bug."""
+    return type(name.replace(".", "_"), (base,), {"name": name, **attrs})()
+
+
+@pytest.mark.parametrize("impl", ["keras.mha", "flax.mha", "flax.linen[fp32_softmax]",
+                                  "hf.gpt2[sdpa]"])
+def test_the_new_builtins_pass_masked(impl):
+    """One statistical case each (float32): the full family runs in `mha-suite check`."""
+    cls = _keras(impl) if impl.startswith("keras") else \
+        _flax(impl) if impl.startswith("flax") else _hf(impl)
+    out = run_catalog_case(cls(), "dropout", "masked", "float32")
+    assert out.outcome == "pass", out.reason
+
+
+@pytest.mark.parametrize("bug, cases", [
+    # called with training=False: the layer's Dropout is skipped, no spread
+    ("ignores_training", ["mean_and_spread"]),
+    # one seed for every draw: each new layer draws the same mask
+    ("one_seed", ["masked"]),
+])
+def test_keras_planted_dropout_fails(bug, cases):
+    from implementations.keras import mha
+
+    base = _keras()
+    if bug == "ignores_training":
+        impl = _planted(base, "planted.keras_ignores_training",
+                        module_mask=lambda self, p: {**mha.call_kwargs(p), "training": False})
+    else:
+        impl = _planted(base, "planted.keras_one_seed", layer_kwargs={"seed": 1})
+    for case in cases:
+        out = run_catalog_case(impl, "dropout", case, "float32")
+        assert out.outcome == "fail", (bug, case, out.outcome, out.reason)
+        assert "spread" in out.reason or "mean" in out.reason, out.reason
+
+
+@pytest.mark.parametrize("bug, kwargs, case", [
+    # deterministic=True wins over the training-mode arguments: no dropout
+    ("deterministic", {"deterministic": True}, "mean_and_spread"),
+    # flax's default: one (L, S) mask shared by every batch item and head (median variance
+    # ratio 0.78 on masked, measured flax 0.12.8)
+    ("broadcast_dropout", {"broadcast_dropout": True}, "masked"),
+])
+def test_flax_planted_dropout_fails(bug, kwargs, case):
+    impl = _planted(_flax(), f"planted.flax_{bug}", module_kwargs=kwargs)
+    out = run_catalog_case(impl, "dropout", case, "float32")
+    assert out.outcome == "fail", (bug, out.outcome, out.reason)
+    assert "spread" in out.reason, out.reason
+
+
+def test_hf_planted_one_seed_fails():
+    """torch's RNG seeded alike for every draw: the same mask each call."""
+    def seed_dropout(self, state, p):
+        state["dropout_seed"] = 0
+        return state
+
+    impl = _planted(_hf("hf.bert[sdpa]"), "planted.hf_one_seed", seed_dropout=seed_dropout)
+    out = run_catalog_case(impl, "dropout", "mean_and_spread", "float32")
+    assert out.outcome == "fail", out.reason  # a biased mean, or no spread
+
+
+@pytest.mark.parametrize("make", ["keras.mha", "flax.mha", "flax.linen[fp32_softmax]",
+                                  "hf.gpt2[eager]"])
+def test_draws_are_new_masks_and_a_run_replays(make):
+    """Successive training-mode calls draw new masks; a fresh instance (a new run) draws
+    the same sequence again (the seed is the problem's digest and the draw's index)."""
+    from suite.plugins.interface import call, expressible
+
+    cls = _keras(make) if make.startswith("keras") else \
+        _flax(make) if make.startswith("flax") else _hf(make)
+    p = expressible(cls(), dropout_problem(1, 0.3))  # hf.gpt2: one key/value source
+
+    def three(impl):
+        return [call(impl, p, "cpu", "float32").output for _ in range(3)]
+
+    first, again = three(cls()), three(cls())
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+
+
+def _square(impl, seed, rate, K=None):
+    """The self-attention form of the family's statistical cases (Lq = Lk = 8, key padding
+    8 and 5, causal when the model is, BLOOM's own ALiBi), for the names that take only
+    their own hidden states (kv_source "self"): the family's cases have Lq != Lk."""
+    from suite.spec.problem import Alibi, Mask, make_problem
+    from suite.spec.variants import alibi_slopes
+
+    mask = Mask(valid_lens=np.array([8, 5]), causal=bool(getattr(impl, "causal", True)))
+    p = make_problem(seed, 2, 8, 8, 16, 4, K=K, self_attention=True, mask=mask)
+    if "alibi" in impl.features:
+        p = dataclasses.replace(p, alibi=Alibi(alibi_slopes(4), "key"))
+    return dataclasses.replace(p, dropout=rate)
+
+
+def _judge_square(impl, p):
+    from suite.conformance.families.dropout import _judge_draws
+    from suite.conformance.judge import Outcome
+
+    return _judge_draws(impl, Outcome(impl.name, "cpu", "float32", "dropout", "square", 0,
+                                      "pass"), p)
+
+
+@pytest.mark.parametrize("name, K", [
+    ("hf.llama[sdpa]", 2),  # GQA
+    ("hf.model.gpt2[eager]", None),  # resid_pdrop and embd_pdrop stay 0
+    ("hf.model.bloom[eager]", None),  # hidden_dropout (its residual add) stays 0
+    ("hf.model.bert[sdpa]", None),  # an encoder: padding only; hidden_dropout_prob stays 0
+])
+def test_hf_self_attention_names_pass_their_square_forms(name, K):
+    impl = _hf(name)()
+    out = _judge_square(impl, _square(impl, 1, 0.5 if K is None else 0.3, K))
+    assert out.outcome == "pass", out.reason
+
+
+def test_hf_flex_names_leave_dropout_undeclared():
+    """transformers' flex_attention_forward raises for any dropout above 0."""
+    pytest.importorskip("transformers")
+    from implementations.hf.transformers import variants
+
+    flex = [c for c in variants() if c.name.endswith("[flex]")]
+    assert flex and all("dropout" not in c.features for c in flex)
+    assert all("dropout" in c.features for c in variants() if not c.name.endswith("[flex]"))
