@@ -226,9 +226,18 @@ class TorchFlex(CompiledPerShape, TorchCore):
             return flex(t(q), t(k), t(v), **kw).to("cpu", torch.float64).numpy()
     """
 
+    compiled = True  # False: flex_attention called as is (torch.flex[eager])
+    # FlexAttention's two paths must agree: compiled, its generated kernel; uncompiled, the
+    # reference its eager call runs (the score_mod and block mask applied to a full matrix).
+    contracts = (Contract("agrees_uncompiled", "agrees", {"compiled": False},
+                          "FlexAttention compiled computes what its uncompiled call does"),)
+
     def __init__(self) -> None:
         from torch.nn.attention.flex_attention import flex_attention
 
+        if not self.compiled:
+            self._flex = flex_attention
+            return
         # Static shapes: FlexAttention's dynamic-shape CPU kernel fails to build (inductor
         # CppCompileError, measured, torch 2.13), so each shape compiles once.
         self._flex = torch.compile(flex_attention, dynamic=False)
@@ -302,6 +311,24 @@ class TorchFlex(CompiledPerShape, TorchCore):
             h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
             heads.append(h)
         return torch.cat(heads, dim=2)
+
+
+class TorchFlexEager(TorchFlex):
+    """FlexAttention called without ``torch.compile``: the path its users take while they
+    write and debug a score_mod or mask_mod (the call warns that it is not the fast path).
+    The same translation as ``torch.flex``; the library runs its reference implementation,
+    so nothing compiles per shape."""
+
+    name = "torch.flex[eager]"
+    compiled = False
+    compiles_per_shape = False
+    contracts = ()  # torch.flex holds the contract between the two paths
+
+    def after_prepare(self, state: Dict[str, Any]) -> None:
+        pass
+
+    def fresh(self):
+        return self
 
 
 def _variant_mods(variants: Any, L: int, S: int) -> List[Any]:
@@ -554,13 +581,14 @@ def variants() -> List[type]:
     candidates: List[type] = [TorchCompiled, TorchCompiledPattern]
     below = forced_below_native()
     if below:
-        DROPPED.update({c.name: below for c in (*candidates, TorchFlex)})
+        DROPPED.update({c.name: below for c in (*candidates, TorchFlex, TorchFlexEager)})
         return []
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
-        candidates.append(TorchFlex)
+        candidates += [TorchFlex, TorchFlexEager]
     except ImportError as exc:
-        DROPPED[TorchFlex.name] = f"torch.nn.attention.flex_attention is missing: {exc}"
+        for cls in (TorchFlex, TorchFlexEager):
+            DROPPED[cls.name] = f"torch.nn.attention.flex_attention is missing: {exc}"
     out = []
     for cls in candidates:
         why = cache.memo(f"{PROBE_PREFIX}{cls.name}", functools.partial(_probe, cls))
