@@ -76,7 +76,7 @@ def test_the_offsets_round_trip_through_a_reproducer(tmp_path):
 def test_the_reference_passes_every_decode_case():
     outcomes = {n: _run(NumpyMHA(), n).outcome for n in NAMES}
     assert set(outcomes.values()) == {"pass"}, outcomes
-    assert len(NAMES) == 8
+    assert len(NAMES) == 9
 
 
 # Which cases each planted decoder fails (run on float32): a row of one step (lengths bound it,

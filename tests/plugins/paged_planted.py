@@ -27,7 +27,8 @@ class FixedPageSize(NumpyMHA):
     def read_pages(self, pages, block_table, lengths, S):
         flat = pages.reshape(-1, pages.shape[-1])  # (N * P, X): the pool's slots in order
         j = np.arange(S)
-        slots = block_table[:, j // self.PAGE] * self.PAGE + j % self.PAGE  # (B, S)
+        blocks = np.take(block_table, j // self.PAGE, axis=1, mode="wrap")  # (B, S)
+        slots = blocks * self.PAGE + j % self.PAGE  # (B, S)
         return np.take(flat, slots, axis=0, mode="wrap")  # (B, S, X)
 
 

@@ -38,11 +38,13 @@ GARBAGE = 1e3
 
 def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
                    offsets: Optional[Sequence[int]] = None, S: int = DS,
-                   K: Optional[int] = None, window: Optional[int] = None) -> Problem:
+                   K: Optional[int] = None, window: Optional[int] = None,
+                   E: int = DE) -> Problem:
     """Lq = L rows per batch at ``offsets`` (default: the last L filled slots,
     ``lengths[b] - L``) of an S-slot cache filled to ``lengths`` (None: no lengths, every
     slot holds a token); slots past a length hold ``GARBAGE``-sized values. ``window``:
-    query i also sees only keys j > its position - window (a sliding window)."""
+    query i also sees only keys j > its position - window (a sliding window). ``E``: the
+    model width (heads of E // 4)."""
     if offsets is None:
         offsets = [n - L for n in lengths]
     off = np.asarray(offsets, dtype=np.int64)
@@ -51,7 +53,7 @@ def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
         pos = off[:, None] + np.arange(L)[None, :]  # (B, L)
         allowed = (np.arange(S)[None, None, :] > pos[:, :, None] - window)[:, None]
     lens = None if lengths is None else np.asarray(lengths, dtype=np.int64)
-    p = make_problem(seed, DB, L, S, DE, DH, K, mask=Mask(
+    p = make_problem(seed, DB, L, S, E, DH, K, mask=Mask(
         valid_lens=lens, causal=True, allowed=allowed, query_offset=off))
     if lens is None:
         return p
@@ -67,6 +69,14 @@ def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
 def _one_row(seed):
     """A decode step: one row per batch at its cache's last filled slot (lengths 16, 7, 1)."""
     return decode_problem(seed, 1, [16, 7, 1])
+
+
+@case("wide_heads")
+def _wide_heads(seed):
+    """A decode step with heads 16 wide (E = 64; lengths 16, 7, 1): GPU decoding kernels
+    take widths of 16 and up (FlexAttention's CUDA kernels refuse narrower heads), so this
+    is the case they run; a kernel right at one width can be wrong at another."""
+    return decode_problem(seed, 1, [16, 7, 1], E=64)
 
 
 @case("few_rows")

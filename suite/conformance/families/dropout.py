@@ -133,36 +133,45 @@ def _judge_draws(impl: Any, out: Any, p: Problem) -> Any:
     return out
 
 
-def dropout_problem(seed: int, rate: float, mask: Optional[Mask] = None, **kw: Any) -> Problem:
-    """A small problem (B 2, Lq 6, Lk 8, E 16, H 4) in training mode with dropout ``rate``."""
+def dropout_problem(seed: int, rate: float, mask: Optional[Mask] = None,
+                    square: Optional[int] = None, **kw: Any) -> Problem:
+    """A small problem (B 2, Lq 6, Lk 8, E 16, H 4) in training mode with dropout ``rate``;
+    ``square=n``: its self-attention form (Lq = Lk = n, one input), the problem a module that
+    attends over its own input (``kv_source="self"``) is given."""
+    if square is not None:
+        if mask is not None and mask.causal_align == "bottom_right":  # the same mask, square
+            mask = dataclasses.replace(mask, causal_align="top_left")
+        return dataclasses.replace(make_problem(seed, 2, square, square, 16, 4,
+                                                self_attention=True, mask=mask or Mask(), **kw),
+                                   dropout=rate)
     return dataclasses.replace(make_problem(seed, 2, 6, 8, 16, 4, mask=mask or Mask(), **kw),
                                dropout=rate)
 
 
-@case("p_zero_is_eval")
-def _p_zero_is_eval(seed):
+@case("p_zero_is_eval", square=8)
+def _p_zero_is_eval(seed, square=None):
     """Training mode with dropout 0: the eval-mode answer, within the same-dtype rule."""
-    return dropout_problem(seed, 0.0)
+    return dropout_problem(seed, 0.0, square=square)
 
 
-@case("mean_and_spread", judge=_judge_draws)
-def _mean_and_spread(seed):
+@case("mean_and_spread", judge=_judge_draws, square=8)
+def _mean_and_spread(seed, square=None):
     """Dropout 0.2, no mask: the mean of the draws is the oracle's answer and their spread
     the exact variance of dropout on the weights."""
-    return dropout_problem(seed, 0.2)
+    return dropout_problem(seed, 0.2, square=square)
 
 
-@case("masked", judge=_judge_draws)
-def _masked(seed):
+@case("masked", judge=_judge_draws, square=8)
+def _masked(seed, square=None):
     """Dropout 0.5 beside key padding (lengths 8 and 5) and a bottom-right causal mask: a
     masked key stays out of every draw (dropping never revives it), the kept weights are
     scaled as in an unmasked row."""
     return dropout_problem(seed, 0.5, Mask(valid_lens=np.array([8, 5]), causal=True,
-                                           causal_align="bottom_right"))
+                                           causal_align="bottom_right"), square=square)
 
 
-@case("gqa", judge=_judge_draws)
-def _gqa(seed):
+@case("gqa", judge=_judge_draws, square=8)
+def _gqa(seed, square=None):
     """Dropout 0.3 with two key/value heads for four query heads: each query head draws
     its own mask."""
-    return dropout_problem(seed, 0.3, K=2)
+    return dropout_problem(seed, 0.3, K=2, square=square)

@@ -75,9 +75,11 @@ def paged(p: Problem, seed: int, page_size: int, spare: int = 6,
 
 def paged_decode(seed: int, L: int, lengths: Optional[Sequence[int]], page_size: int,
                  offsets: Optional[Sequence[int]] = None, S: int = 16,
-                 K: Optional[int] = None, **kw: Any) -> Problem:
-    """``decode_problem(seed, L, lengths, offsets, S, K)`` paged (``paged``'s keywords)."""
-    return paged(decode_problem(seed, L, lengths, offsets, S=S, K=K), seed, page_size, **kw)
+                 K: Optional[int] = None, E: int = 16, **kw: Any) -> Problem:
+    """``decode_problem(seed, L, lengths, offsets, S, K, E=E)`` paged (``paged``'s
+    keywords)."""
+    return paged(decode_problem(seed, L, lengths, offsets, S=S, K=K, E=E), seed, page_size,
+                 **kw)
 
 
 @case("shared_prefix")
@@ -94,6 +96,14 @@ def _one_row_shuffled(seed):
     """A decode step: one row per sequence (lengths 16, 7, 1) over blocks of 4 handed out
     in a shuffled order from a pool with 6 unused garbage blocks."""
     return paged_decode(seed, 1, [16, 7, 1], 4)
+
+
+@case("wide_pages")
+def _wide_pages(seed):
+    """Pages of 16 slots and heads 16 wide (E = 64; lengths 40, 17, 3 in a 48-slot cache):
+    the sizes GPU paged kernels are built for (powers of two, at least 16), where the other
+    cases' pages of 3 to 5 slots and heads of 4 are what a kernel may refuse."""
+    return paged_decode(seed, 1, [40, 17, 3], 16, S=48, E=64)
 
 
 @case("page_not_dividing")
