@@ -81,12 +81,12 @@ class Lanes(Arithmetic):
 
     def matmul(self, a, b):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-        return self.r(self._reduce([(a[..., :, i:i + 1], b[..., i:i + 1, :])
+        return self.rounded(self._reduce([(a[..., :, i:i + 1], b[..., i:i + 1, :])
                                     for i in range(a.shape[-1])]))
 
     def sum(self, x, axis):
         moved = np.moveaxis(np.asarray(x, np.float32), axis, 0)
-        return self.r(np.expand_dims(self._reduce(list(moved)), axis))
+        return self.rounded(np.expand_dims(self._reduce(list(moved)), axis))
 
 
 LANE_ORDERS = [Lanes(w, fma) for w in (1, 4, 8, 16) for fma in (False, True)]

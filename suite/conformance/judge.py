@@ -87,8 +87,8 @@ class Outcome:
             "impl": self.impl, "device": self.device, "dtype": self.dtype,
             "family": self.family, "case": self.case, "test_id": self.test_id, "seed": self.seed,
             "outcome": self.outcome,
-            "err": _num(w.err) if w else None, "err_naive": _num(w.err_naive) if w else None,
-            "bound": _num(w.bound) if w else None, "ratio": _num(w.ratio) if w else None,
+            "err": _json_number(w.err) if w else None, "err_naive": _json_number(w.err_naive) if w else None,
+            "bound": _json_number(w.bound) if w else None, "ratio": _json_number(w.ratio) if w else None,
             "k": w.k if w else None, "atol": w.atol if w else None, "reason": self.reason,
             "behaviours": list(self.behaviours), "policies_used": list(self.policies_used),
             "isa": self.isa, "known_held": list(self.known_held),
@@ -96,7 +96,7 @@ class Outcome:
         }
 
 
-def _num(x: Optional[float]) -> Optional[float]:
+def _json_number(x: Optional[float]) -> Optional[float]:
     """JSON has no NaN/inf: write them as strings the report reads back."""
     if x is None:
         return None

@@ -429,7 +429,7 @@ def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Res
     attention weights (B, H, L, S) and the gradients of W_q, b_q and W_o."""
     E, H, D, V = problem.E, problem.H, problem.D, problem.V
 
-    def back(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
+    def in_canonical_order(a: Optional[np.ndarray], shape: tuple, axis: int) -> Optional[np.ndarray]:
         if a is None or np.size(a) != np.prod(shape):  # a wrong shape is the judge's to see
             return a
         out = np.empty(shape, dtype=np.asarray(a).dtype)
@@ -440,14 +440,14 @@ def _canonical_heads(result: Result, order: np.ndarray, problem: Problem) -> Res
 
     weights = result.attn_weights
     if weights is not None and np.ndim(weights) == 4 and np.shape(weights)[1] == H:
-        weights = back(weights, np.shape(weights), 1)
+        weights = in_canonical_order(weights, np.shape(weights), 1)
     grads = result.grads
     if grads:
         grads = dict(grads)
         for name, shape, axis in (("w_q", (E, H, D), 1), ("b_q", (H, D), 0),
                                   ("w_o", (H, V, E), 0)):
             if grads.get(name) is not None:
-                grads[name] = back(grads[name], shape, axis)
+                grads[name] = in_canonical_order(grads[name], shape, axis)
     return dataclasses.replace(result, attn_weights=weights, grads=grads)
 
 

@@ -90,7 +90,7 @@ class Arithmetic:
         # Storage and accumulation type: float64 for the oracle, float32 below it.
         self.acc = np.float64 if dtype == "float64" else np.float32
 
-    def r(self, x) -> np.ndarray:
+    def rounded(self, x) -> np.ndarray:
         """An operation's result (or an input), rounded to the dtype."""
         x = np.asarray(x, dtype=self.acc)
         return x if self.acc is np.float64 else _round32(x, self.dtype)
@@ -101,33 +101,33 @@ class Arithmetic:
         if self.dots is not None:
             a, b = _round32(a, self.dots), _round32(b, self.dots)
         if self.order == "blas":
-            return self.r(np.matmul(a, b))
+            return self.rounded(np.matmul(a, b))
         n = a.shape[-1]
         shape = np.broadcast_shapes(a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1]))
         acc = np.zeros(shape, dtype=self.acc)
         for i in range(n):  # term after term: a product rounded, then a sum rounded
             acc = acc + a[..., :, i:i + 1] * b[..., i:i + 1, :]
-        return self.r(acc)
+        return self.rounded(acc)
 
     def sum(self, x: np.ndarray, axis: int) -> np.ndarray:
         """Sum over ``axis`` (kept as a length-1 axis), accumulated in acc."""
         x = np.asarray(x, self.acc)
         if self.order == "blas":
-            return self.r(x.sum(axis=axis, keepdims=True, dtype=self.acc))
+            return self.rounded(x.sum(axis=axis, keepdims=True, dtype=self.acc))
         moved = np.moveaxis(x, axis, 0)
         acc = np.zeros(moved.shape[1:], dtype=self.acc)
         for term in moved:
             acc = acc + term
-        return self.r(np.expand_dims(acc, axis))
+        return self.rounded(np.expand_dims(acc, axis))
 
     def exp(self, x: np.ndarray) -> np.ndarray:
         # exp rounded once to the dtype (float32 exp implementations differ by CPU in the
         # last ulp; a correctly rounded one keeps the baseline the same everywhere).
-        return self.r(np.exp(np.asarray(x, np.float64)))
+        return self.rounded(np.exp(np.asarray(x, np.float64)))
 
     def tanh(self, x: np.ndarray) -> np.ndarray:
         # tanh rounded once to the dtype, as exp (the same on every CPU)
-        return self.r(np.tanh(np.asarray(x, np.float64)))
+        return self.rounded(np.tanh(np.asarray(x, np.float64)))
 
 
 EXACT = Arithmetic("float64")
@@ -215,7 +215,7 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
     """The score variants on the scaled logits (B, H, L, S), in the spec's order: cap, ALiBi
     and the relative table added, score_mod; each result rounded to the dtype. Also returns
     what the backward and the rounding bound need (empty without variants)."""
-    r, (L, S) = ar.r, logits.shape[-2:]
+    r, (L, S) = ar.rounded, logits.shape[-2:]
     parts: Dict[str, Any] = {}
     if p.softcap is not None:  # cap * tanh(score / cap), after the scale, before any bias
         cap = ar.acc(p.softcap)
@@ -238,7 +238,7 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
 
 
 def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndarray]:
-    r = ar.r
+    r = ar.rounded
     B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
     w = {n: (None if a is None else r(a)) for n, a in p.weights.as_dict().items()}
     x = {"query": r(p.query), "key": r(p.key), "value": r(p.value)}
@@ -343,7 +343,7 @@ def first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Option
                  lambda: _first_order(p, dtype, fully_masked, dots))
 
 
-def sq(a: np.ndarray) -> np.ndarray:
+def squares_finite(a: np.ndarray) -> np.ndarray:
     """Squares, with NaN/inf (masked or padded entries, weighed 0 where used) as 0."""
     return np.square(np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=0.0, neginf=0.0))
 
@@ -356,10 +356,10 @@ def _through_variants(p: Problem, parts: Dict[str, Any], dl: np.ndarray, u2: flo
         # The division and tanh each rounded once; tanh' = 1 - tanh^2 <= 1, so an error
         # before the cap shrinks by it and never grows (a saturated logit forgets it).
         slope2 = np.square(parts["cap_slope"])
-        dl = slope2 * (dl + 2 * u2 * sq(parts["scaled"])) \
+        dl = slope2 * (dl + 2 * u2 * squares_finite(parts["scaled"])) \
             + u2 * p.softcap ** 2 * (1 - parts["cap_slope"])  # tanh's rounding: u |cap tanh|
     for added in parts["added"]:  # ALiBi's slope and product, or the table, rounded
-        dl = dl + 2 * u2 * sq(added)
+        dl = dl + 2 * u2 * squares_finite(added)
     if p.score_mod is not None:  # first order: the modifier's derivative, central difference
         s = np.nan_to_num(parts["modded_from"], nan=0.0, posinf=0.0, neginf=0.0)
         step = 1e-6 * np.maximum(1.0, np.abs(s))
@@ -396,21 +396,21 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
 
     def proj_var(inp: np.ndarray, wm: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
         # each product x_i W_ij and the result rounded once: u^2 (x^2 @ W^2 + b^2)
-        var = ud2 * (sq(inp) @ sq(wm))  # (B, L, out)
-        return var if b is None else var + u2 * sq(b)
+        var = ud2 * (squares_finite(inp) @ squares_finite(wm))  # (B, L, out)
+        return var if b is None else var + u2 * squares_finite(b)
 
     dq = proj_var(x["query"], w["w_q"], w["b_q"]).reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
     dk = proj_var(x["key"], w["w_k"], w["b_k"]).reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
     dv = proj_var(x["value"], w["w_v"], w["b_v"]).reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
     dk, dv = np.repeat(dk, H // K, axis=1), np.repeat(dv, H // K, axis=1)  # (B, H, S, D|V)
-    q2, k2, v2 = sq(f["q"]), sq(f["k"]), sq(f["v"])
+    q2, k2, v2 = squares_finite(f["q"]), squares_finite(f["k"]), squares_finite(f["v"])
     weights = np.nan_to_num(f["weights"])  # (B, H, L, S); the nan policy's rows count as 0
     w2 = np.square(weights)
     seen = weights > 0  # only keys a row weighs carry its error (masked logits are -inf)
     s2 = float(p.effective_scale) ** 2
     kt, dkt = k2.transpose(0, 1, 3, 2), dk.transpose(0, 1, 3, 2)  # (B, H, D, S)
     dl = s2 * (ud2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S): the scaled q.k's
-    dl = u2 * sq(f["logits"]) + _through_variants(p, f["variants"], dl, u2)  # the logit's
+    dl = u2 * squares_finite(f["logits"]) + _through_variants(p, f["variants"], dl, u2)  # the logit's
     dl = np.where(seen, dl, 0.0)
     heads = np.nan_to_num(f["heads"])  # (B, H, L, V)
     vals = np.nan_to_num(f["v"])  # (B, H, S, V)
@@ -423,7 +423,9 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
           + ud2 * (w2 @ v2) + u2 * np.square(heads) + sink_var * np.square(heads))  # (B, H, L, V)
     dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * V)  # (B, L, H*V)
-    dout = (dcat @ sq(w["w_o"]) + ud2 * (sq(f["concat"]) @ sq(w["w_o"])) + u2 * sq(f["out"]))  # (B, L, E)
+    w_o2 = squares_finite(w["w_o"])
+    dout = (dcat @ w_o2 + ud2 * (squares_finite(f["concat"]) @ w_o2)
+            + u2 * squares_finite(f["out"]))  # (B, L, E)
     # Each entry's error is a sum of many independent roundings (about Gaussian, std the
     # root sum of squares above); the largest of n such entries is about std *
     # sqrt(2 ln 2n) (the expected maximum of n half-normal draws): the rule compares maxima.

@@ -35,7 +35,7 @@ def grads(p: Problem, ar: Arithmetic = EXACT) -> Dict[str, np.ndarray]:
     why = differentiable(p)
     if why:
         raise ValueError(f"problem: {why}")
-    r = ar.r
+    r = ar.rounded
     B, L, S, H, K, D, V, E, G = p.B, p.L, p.S, p.H, p.K, p.D, p.V, p.E, p.H // p.K
     f = forward(p, ar)
     x, w, q, k, v, P = f["x"], f["w"], f["q"], f["k"], f["v"], f["weights"]
