@@ -103,7 +103,12 @@ def _assert_self_contained(soup: BeautifulSoup) -> None:
         assert tag["src"].startswith("data:image/"), tag["src"][:60]
     for tag in soup.find_all(href=True):
         assert tag["href"].startswith("#"), tag["href"]
-    assert not soup.find_all("link") and not soup.find_all("script")
+    assert not soup.find_all("link")
+    # one inline script (opening a linked <details>), nothing fetched, no network
+    scripts = soup.find_all("script")
+    assert len(scripts) <= 1 and not any(s.get("src") for s in scripts)
+    assert not any(re.search(r"fetch\(|XMLHttpRequest|https?://|import\(", s.get_text())
+                   for s in scripts)
     assert not re.search(r"url\(|@import|https?://", str(soup.find("style")))
 
 
@@ -142,8 +147,13 @@ def test_conformance_matrix_shows_every_outcome(full):
     assert rows["bug.ignores_mask"].find("td", class_="fail") is not None
     assert rows["torch.nn"].find("td", class_="deviation") is not None
     assert rows["numpy"].find("td", class_="fail") is None
-    details = sec.find_all("details")
+    details = sec.find_all("details", id=True)
     assert len(details) == 4  # one expandable case list per implementation
+    # ...inside one closed list below the matrix, each opened from its name in the matrix
+    (outer,) = sec.find_all("details", class_="per-impl")
+    assert not outer.has_attr("open") and all(d in outer.descendants for d in details)
+    links = {a["href"] for a in matrix.find_all("a")}
+    assert links == {"#" + d["id"] for d in details}
     bug = next(d for d in details if "bug.ignores_mask" in d.summary.get_text())
     assert "×bound" in bug.get_text() and "IndexError" in bug.get_text()
     assert "NaN + -inf is NaN" in sec.get_text()  # torch.nn's declared reason
@@ -368,7 +378,7 @@ def test_matrix_grouped_by_family_in_a_stable_order(twenty_report):
         assert g.find("tr", class_="group").get_text(" ", strip=True).startswith(
             g["data-family"])
     assert sum(len(g.find_all("td", class_="impl")) for g in groups) == len(TWENTY)
-    assert len(sec.find_all("details")) == len(TWENTY)
+    assert len(sec.find_all("details", id=True)) == len(TWENTY)
     cells = sec.find("table", class_="matrix").find_all("td", class_="fail")
     assert cells, "the planted failures show"
 

@@ -33,7 +33,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
 
 
-# Appended to a copy of the page (the report itself has no script): the widths as laid out.
+# Appended to a copy of the page, after the report's own script: the widths as laid out.
 MEASURE = """<script>
 const out = {page: document.documentElement.scrollWidth, window: window.innerWidth, tables: []};
 for (const t of document.querySelectorAll("#conformance table.matrix, #ranking table")) {
@@ -135,3 +135,38 @@ def test_a_matrix_of_the_main_jobs_sixteen_families_fits_a_1280px_window(tmp_pat
     assert layout["page"] <= 1280, "the page scrolls sideways"
     matrix = next(t for t in layout["tables"] if "matrix" in t["cls"])
     assert matrix["width"] <= matrix["room"] + 0.5, matrix  # every column on the page
+
+
+# Where a link into the conformance details lands: the implementation's case list opened,
+# and the list around it, nothing else; the matrix inside one window's height.
+OPENED = """<script>
+const el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+const wrap = document.querySelector("#conformance .matrix-wrap");
+const out = {opened: !!(el && el.open), outer: !!(el && el.closest("details.per-impl").open),
+             others: document.querySelectorAll("details.per-impl details[open]").length,
+             matrix: wrap.getBoundingClientRect().height, window: window.innerHeight};
+const pre = document.createElement("pre");
+pre.id = "measured";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_a_link_from_the_matrix_opens_that_implementations_cases(tmp_path):
+    from bs4 import BeautifulSoup
+
+    html = build_report([synthetic_results(tmp_path / "results")], tmp_path / "r.html")
+    soup = BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
+    link = soup.find("table", class_="matrix").find("a")["href"]
+    page = html.with_name("opened.html")
+    page.write_text(html.read_text(encoding="utf-8").replace("</body>", OPENED + "</body>"),
+                    encoding="utf-8")
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
+                               "--window-size=1280,900", "--dump-dom", page.as_uri() + link],
+                              capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="measured">(.*?)</pre>', proc.stdout)
+    assert found, f"chromium printed no measurement ({proc.returncode}): {proc.stderr[-300:]}"
+    out = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert out["opened"] and out["outer"] and out["others"] == 1, out
+    assert out["matrix"] <= 0.85 * out["window"] + 1, out
