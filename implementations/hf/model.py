@@ -47,7 +47,6 @@ Lq != Lk is unsupported, so the dropout family's cases (all cross-attention) are
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -56,6 +55,7 @@ import transformers
 
 from implementations.torch.common import TorchModuleCore
 from suite.plugins import adapters
+from suite.plugins.adapters import dropout_seed
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Unsupported
 from suite.spec.problem import Problem, seq_lens
@@ -69,18 +69,6 @@ class _Stop(Exception):
     """Raised by the hook on the first attention layer: the rest of the model is not needed."""
 
 
-def dropout_seed(impl: Any, p: Problem) -> int:
-    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
-    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
-    ``impl`` has made of that problem before), so each call draws a new mask and a run
-    replays its draws."""
-    from suite.spec.oracle import digest
-
-    key = digest(p)
-    draws = impl.__dict__.setdefault("_dropout_draws", {})
-    index = draws[key] = draws.get(key, -1) + 1
-    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
-    return int.from_bytes(h, "little") >> 1
 
 
 def attention_dropout(p: Problem) -> float:

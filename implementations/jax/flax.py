@@ -31,7 +31,6 @@ key) is not; that is the translation of the spec, as a mask's convention is.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Dict, Sequence, Tuple
 
 import flax
@@ -42,6 +41,7 @@ from flax import nnx
 
 from implementations.jax.common import EINSUM_LAYERS, JAX_DTYPES, JaxModuleCore, _np, tf32_on_gpu
 from suite.plugins import adapters, cache, probes
+from suite.plugins.adapters import dropout_seed
 from suite.plugins.conditions import Where
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Unsupported
@@ -55,18 +55,6 @@ FEATURES = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask"
 DROPOUT_KEY = "dropout_rng"
 
 
-def dropout_seed(impl: Any, p: Problem) -> int:
-    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
-    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
-    ``impl`` has made of that problem before), so each call draws a new mask and a run
-    replays its draws."""
-    from suite.spec.oracle import digest
-
-    key = digest(p)
-    draws = impl.__dict__.setdefault("_dropout_draws", {})
-    index = draws[key] = draws.get(key, -1) + 1
-    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
-    return int.from_bytes(h, "little") >> 1
 
 
 def dropout_options(impl: Any, p: Problem) -> Dict[str, Any]:

@@ -35,12 +35,12 @@ every draw); on torch it seeds a ``torch.Generator`` per call.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from typing import Any, Dict, List
 
 from implementations.keras.common import BACKEND, KerasModuleCore, keras
 from suite.plugins import adapters, probes
+from suite.plugins.adapters import dropout_seed
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Unsupported
 from suite.spec.problem import Problem
@@ -74,18 +74,6 @@ MASK_FORMS = frozenset({"bool_BLS", "causal_flag", "causal_flag+bool_BLS", "kpm_
                         "qpm_bool+kpm_bool"})
 
 
-def dropout_seed(impl: Any, p: Problem) -> int:
-    """The seed of one training-mode call of ``p``: the problem's own (a hash of everything
-    it holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls
-    ``impl`` has made of that problem before), so each call draws a new mask and a run
-    replays its draws. 31 bits (Keras's torch backend adds its call counter to it)."""
-    from suite.spec.oracle import digest
-
-    key = digest(p)
-    draws = impl.__dict__.setdefault("_dropout_draws", {})
-    index = draws[key] = draws.get(key, -1) + 1
-    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
-    return int.from_bytes(h, "little") >> 1
 
 
 def call_kwargs(p: Problem) -> Dict[str, Any]:

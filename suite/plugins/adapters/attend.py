@@ -5,6 +5,7 @@ and the score variants beside it (``score_variants``)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -114,3 +115,16 @@ def attend_mask(problem: Problem, put_float: Callable[[np.ndarray], Any] = lambd
                       dropout=problem.dropout)
 
 
+def dropout_seed(impl: Any, p: Problem) -> int:
+    """The seed of one training-mode call of ``p`` by ``impl`` (a library seeded per call: its
+    Dropout layer, a PRNG key, torch's generator): the problem's own (a hash of everything it
+    holds, ``suite.spec.oracle.digest``) and the draw's index (the training-mode calls ``impl``
+    has made of that problem before), so each call draws a new mask and a run replays its
+    draws."""
+    from suite.spec.oracle import digest
+
+    key = digest(p)
+    draws = impl.__dict__.setdefault("_dropout_draws", {})
+    index = draws[key] = draws.get(key, -1) + 1
+    h = hashlib.blake2b(f"{key}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") >> 1
