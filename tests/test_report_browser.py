@@ -47,14 +47,16 @@ document.body.appendChild(pre);
 </script>"""
 
 
-def _dump(html: Path, script: str, width: int) -> dict:
-    """What ``script`` measured in headless Chromium at a ``width``-px window."""
+def _dump(html: Path, script: str, width: int, height: int = 2000, fragment: str = "") -> dict:
+    """What ``script`` measured in headless Chromium at a ``width`` x ``height`` window, the
+    page opened at ``fragment`` (``#anchor``) where one is given."""
     page = html.with_name("measure.html")
     page.write_text(html.read_text(encoding="utf-8").replace("</body>", script + "</body>"),
                     encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
-                               f"--window-size={width},2000", "--dump-dom", page.as_uri()],
+                               f"--window-size={width},{height}", "--dump-dom",
+                               page.as_uri() + fragment],
                               capture_output=True, text=True, timeout=120)
     found = re.search(r'<pre id="measured">(.*?)</pre>', proc.stdout)
     assert found, f"chromium printed no measurement ({proc.returncode}): {proc.stderr[-300:]}"
@@ -158,15 +160,6 @@ def test_a_link_from_the_matrix_opens_that_implementations_cases(tmp_path):
     html = build_report([synthetic_results(tmp_path / "results")], tmp_path / "r.html")
     soup = BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
     link = soup.find("table", class_="matrix").find("a")["href"]
-    page = html.with_name("opened.html")
-    page.write_text(html.read_text(encoding="utf-8").replace("</body>", OPENED + "</body>"),
-                    encoding="utf-8")
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
-                               "--window-size=1280,900", "--dump-dom", page.as_uri() + link],
-                              capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="measured">(.*?)</pre>', proc.stdout)
-    assert found, f"chromium printed no measurement ({proc.returncode}): {proc.stderr[-300:]}"
-    out = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    out = _dump(html, OPENED, 1280, height=900, fragment=link)
     assert out["opened"] and out["outer"] and out["others"] == 1, out
     assert out["matrix"] <= 0.85 * out["window"] + 1, out
