@@ -67,6 +67,10 @@ BUILTINS: Dict[str, str] = {
     "pallas.gpu.decode": "implementations.kernels.pallas:PallasGpuDecode",
     "pallas.tpu.paged": "implementations.kernels.pallas:PallasTpuPaged",
     "pallas.gpu.paged": "implementations.kernels.pallas:PallasGpuPaged",
+    # runtimes: the ONNX Attention op (onnxruntime, onnx.reference)
+    # runtimes: onnxruntime's contrib ops (com.microsoft)
+    # runtimes: OpenVINO
+    # export paths: torch modules exported and run by a runtime
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
@@ -84,6 +88,9 @@ INSTALL_HINTS = {
     "keras": "pip install 'mha-suite[keras]'",
     "flax": "pip install 'mha-suite[flax]'",
     "triton": "pip install 'mha-suite[triton]'",
+    "onnx": "pip install 'mha-suite[onnx]'",
+    "onnxruntime": "pip install 'mha-suite[onnx]'",
+    "openvino": "pip install 'mha-suite[openvino]'",
 }
 
 
