@@ -219,10 +219,10 @@ def report(session: nox.Session) -> None:
     session.run("mha-suite", "report", *(session.posargs or [RESULTS]))
 
 
-# What the main job needs: the built-in frameworks, the report, and Hypothesis (its
+# What the main job needs: the built-in frameworks and runtimes, the report, and Hypothesis (its
 # property-based conformance cases); not the linters and test tools of the `dev` extra,
 # nor optional frameworks' extras (installed, they would be checked and swept too).
-RUN_EXTRAS = "torch,jax,report"
+RUN_EXTRAS = "torch,jax,export,openvino,report"
 RUN_PACKAGES = ["hypothesis>=6.90"]
 
 
@@ -301,6 +301,15 @@ COMPAT_FRAMEWORKS = {
     # 0.12.x need a jax newer than constraints/cpu.txt's); its minimum runs on the lowest jax it
     # accepts (FLAX_MIN_JAX), its newest on the newest jax.
     "flax": CompatFramework("flax", "flax", ("flax.*",), ()),
+    # onnxruntime >= 1.23: 1.23 is the first with the ONNX Attention op (opset 23; opset 24 from
+    # 1.24, measured: 1.22 refuses both), 1.27.0 the middle of 1.23..1.32.
+    "onnxruntime": CompatFramework("onnx", "onnxruntime", ("onnxruntime.*",), ("1.24.1", "1.27.0")),
+    # onnx >= 1.18: the first with the Attention op (opset 23) in onnx.reference.
+    "onnx": CompatFramework("onnx", "onnx", ("onnx.reference*",), ("1.20.1",)),
+    # openvino >= 2025.0: its ScaledDotProductAttention op and ov.convert_model of torch modules;
+    # 2025.4.1 is the middle of 2025.0..2026.4.
+    "openvino": CompatFramework("openvino", "openvino", ("openvino.*",), ("2025.4.1",),
+                                torch=True),
 }
 # flax 0.12.8 (its declared minimum) requires jax >= 0.10.0 (its own metadata).
 FLAX_MIN_JAX = "0.10.0"

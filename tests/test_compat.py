@@ -55,7 +55,8 @@ def _within(version: str, specs: List[str]) -> bool:
 
 
 FRAMEWORKS = {"jax": ("jax", "jax"), "hf": ("hf", "transformers"), "keras": ("keras", "keras"),
-              "flax": ("flax", "flax")}
+              "flax": ("flax", "flax"), "onnxruntime": ("onnx", "onnxruntime"),
+              "onnx": ("onnx", "onnx"), "openvino": ("openvino", "openvino")}
 
 
 def test_the_matrix_holds_minimum_middle_and_newest_of_every_framework(noxfile):
@@ -71,7 +72,7 @@ def test_the_matrix_holds_minimum_middle_and_newest_of_every_framework(noxfile):
         for v in middle:  # strictly inside the declared range
             assert _within(v, specs) and _release(v) > _release(minimum), (framework, v)
         assert len(set(versions)) == len(versions), framework
-        if framework in ("jax", "hf"):  # ranges holding many releases get a middle one
+        if framework in ("jax", "hf", "onnxruntime", "onnx", "openvino"):  # many releases: a middle one
             assert middle, framework
     # 5.3.0 is the last transformers before GPT2Attention kept a `scaling` attribute
     assert ("hf", "5.3.0") in matrix
