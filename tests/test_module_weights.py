@@ -211,3 +211,13 @@ def test_read_weights_reads_nested_fused_layers_back_as_loaded():
 
     wrong = Swapped().check_wrapper(p)
     assert [m.split(":")[0] for m in wrong] == ["w_q", "w_k"], wrong
+
+
+def test_a_layer_the_module_lacks_is_named_with_its_entry():
+    class Wrong(Nested):  # the output projection's name left at the default
+        layers = {**Nested.layers, "o": "out_proj"}
+
+    p = make_problem(1, B=2, L=5, S=7, E=12, H=3)
+    with pytest.raises(ValueError, match=r"layers\['o'\] = 'out_proj': Block has no such "
+                                         r"submodule .*attn\.out_proj"):
+        _run(Wrong(), p)

@@ -425,7 +425,7 @@ class TorchModuleCore(TorchCore):
                 param = adapters.to_layout(p.weights, role, where.axes, p.H, p.K, where.bias_axes)
                 weight, bias = where.tensors(module)
             else:  # nn.Linear layout; a 1x1 convolution's (out, in, 1, 1) holds the same
-                param, layer = linear[role], module.get_submodule(where)
+                param, layer = linear[role], self.layer(module, role, where)
                 weight, bias = layer.weight, layer.bias
             weight.copy_(torch.as_tensor(param.weight).reshape(weight.shape))
             if param.bias is not None:
@@ -434,6 +434,17 @@ class TorchModuleCore(TorchCore):
                 bias.copy_(torch.as_tensor(param.bias).reshape(bias.shape))
             elif bias is not None:  # the problem has none: a zero bias, not the initial one
                 bias.zero_()
+
+    def layer(self, module: torch.nn.Module, role: str, where: str) -> torch.nn.Module:
+        """The submodule ``layers[role]`` names; a ValueError naming the entry, the module's
+        class and the projections it does hold when it has no such submodule."""
+        try:
+            return module.get_submodule(where)
+        except AttributeError:
+            held = [n for n, m in module.named_modules() if n and hasattr(m, "weight")]
+            raise ValueError(f"layers[{role!r}] = {where!r}: {type(module).__name__} has no "
+                             f"such submodule (its layers with a weight: "
+                             f"{', '.join(held) or 'none'}); set layers to its names") from None
 
     def read_weights(self, module: torch.nn.Module) -> Dict[str, np.ndarray]:
         """The weights the built module holds, under canonical names (the inverse of
@@ -514,7 +525,7 @@ class TorchModuleCore(TorchCore):
                     adapters.Param(pick(weight), pick(bias)), role, where.axes, E, H, K,
                     where.bias_axes))
                 continue
-            layer = module.get_submodule(where)
+            layer = self.layer(module, role, where)
             g = adapters.Param(pick(layer.weight), pick(layer.bias))
             g = g._replace(weight=g.weight.reshape(g.weight.shape[0], -1))  # 1x1 conv: 2-D
             for r, lin in (adapters.split_linear_fused(g, H * (E // H)).items()
