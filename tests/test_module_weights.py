@@ -221,3 +221,13 @@ def test_a_layer_the_module_lacks_is_named_with_its_entry():
     with pytest.raises(ValueError, match=r"layers\['o'\] = 'out_proj': Block has no such "
                                          r"submodule .*attn\.out_proj"):
         _run(Wrong(), p)
+
+
+def test_read_only_weights_load_without_torch_warning(recwarn):
+    p = make_problem(1, B=2, L=5, S=7, E=12, H=3)
+    for a in p.weights.as_dict().values():  # as a cached or replayed problem holds them
+        if a is not None:
+            a.flags.writeable = False
+    res = _run(Nested(), p)
+    assert np.allclose(res.output, oracle(p)[0], atol=1e-10)
+    assert not [w for w in recwarn if "not writable" in str(w.message)]

@@ -427,11 +427,11 @@ class TorchModuleCore(TorchCore):
             else:  # nn.Linear layout; a 1x1 convolution's (out, in, 1, 1) holds the same
                 param, layer = linear[role], self.layer(module, role, where)
                 weight, bias = layer.weight, layer.bias
-            weight.copy_(torch.as_tensor(param.weight).reshape(weight.shape))
+            weight.copy_(torch.tensor(param.weight).reshape(weight.shape))
             if param.bias is not None:
                 if bias is None:
                     raise Unsupported(f"{where} has no bias, the problem has one")
-                bias.copy_(torch.as_tensor(param.bias).reshape(bias.shape))
+                bias.copy_(torch.tensor(param.bias).reshape(bias.shape))
             elif bias is not None:  # the problem has none: a zero bias, not the initial one
                 bias.zero_()
 
