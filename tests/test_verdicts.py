@@ -357,3 +357,19 @@ def test_collect_only_with_workers_lists_the_cases(tmp_path):
     listed = [line for line in proc.stdout.splitlines() if "numpy-cpu-float32-masking/" in line]
     assert len(listed) >= 10, proc.stdout[-2000:]
     assert "already registered" not in proc.stdout + proc.stderr
+
+
+def test_repro_saves_the_problem_as_a_bias_free_plugin_runs_it(tmp_path):
+    """problem.npz holds what the plugin ran and the oracle judged: no projection biases for
+    a plugin without them (a reproducer built from it would add biases the case never had)."""
+    from implementations.numpy.mha import NumpyMHA
+    from suite.conformance import repro
+
+    class BiasFree(NumpyMHA):
+        name, projection_bias = "numpy.bias_free", False
+
+    repro.write(BiasFree(), "numpy.bias_free-cpu-float32-masking/combined", tmp_path)
+    problem, saved = repro.load_problem(tmp_path / "problem.npz")
+    assert problem.weights.b_q is None and problem.weights.b_o is None
+    from suite.spec.oracle import oracle
+    assert np.allclose(saved["expected"], oracle(problem)[0])

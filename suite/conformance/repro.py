@@ -294,8 +294,10 @@ def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> Li
     problem = case.problem_for(impl)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "problem.npz"
-    try:  # the oracle's output for what the plugin runs (one key/value source: value = key)
-        expected = oracle.oracle(expressible(impl, problem))[0]  # (B, L, E)
+    try:  # the problem as the plugin runs it (one key/value source: value = key; a module
+        # without projection biases: none), and the oracle's output for it
+        problem = expressible(impl, problem)
+        expected = oracle.oracle(problem)[0]  # (B, L, E)
     except Unsupported:  # a problem the plugin cannot express: the verdict says so
         expected = np.full((problem.B, problem.L, problem.E), np.nan)
     save_problem(saved, problem, expected=expected)
