@@ -223,6 +223,14 @@ def _base() -> Problem:
     ({"rel_bias": RelBias(np.zeros((4, 16)), "t5", True, 4)}, "rel_bias: expected t5 buckets"),
     ({"rel_bias": RelBias(np.zeros((3, 16)))}, "rel_bias.table: expected a float array"),
     ({"score_mod": ScoreMod("", lambda s, *a: s)}, "score_mod: expected a suite.spec.variants"),
+    ({"score_mod": ScoreMod("rows", lambda s, b, h, i, j, xp: s.sum(-1))},
+     r"score_mod 'rows': expected a score of the input's shape \(2, 4, 5, 6\).*got \(2, 4, 5\)"),
+    ({"score_mod": ScoreMod("nan", lambda s, b, h, i, j, xp: s * xp.nan)},
+     "score_mod 'nan': expected finite scores, got NaN or inf everywhere"),
+    ({"score_mod": ScoreMod("inf", lambda s, b, h, i, j, xp: s * 0 + xp.inf)},
+     "score_mod 'inf': expected finite scores"),
+    ({"score_mod": ScoreMod("raises", lambda s, b, h, i, j, xp: xp.nope(s))},
+     "score_mod 'raises': raised AttributeError on a"),
     ({"value_head_dim": 8}, r"weights.w_v: expected shape \(16, 32\)"),
 ])
 def test_a_bad_variant_is_named_in_one_line(change, needle):

@@ -25,7 +25,15 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from suite.spec.paging import Paging, blocks_used, lengths_of
-from suite.spec.variants import ALIBI_CONVENTIONS, ALIGNS, BUCKETINGS, Alibi, RelBias, ScoreMod
+from suite.spec.variants import (
+    ALIBI_CONVENTIONS,
+    ALIGNS,
+    BUCKETINGS,
+    Alibi,
+    RelBias,
+    ScoreMod,
+    score_mod_indices,
+)
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -487,8 +495,29 @@ def _validate_variants(p: Problem) -> None:
         m = p.score_mod
         _expect(isinstance(m, ScoreMod) and isinstance(m.name, str) and m.name
                 and callable(m.fn), "score_mod", "a suite.spec.variants.ScoreMod(name, fn)", repr(m))
+        _probe_score_mod(m, (p.B, H, p.L, p.S))
     if p.sinks is not None:
         _per_head(p.sinks, "sinks", H)
+
+
+def _probe_score_mod(mod: ScoreMod, shape: Tuple[int, ...]) -> None:
+    """The modifier called once on a float64 score of the problem's shape (values spread over
+    [-4, 4]): one line naming it when it raises, returns another shape, or gives no finite
+    score at all (the oracle would be NaN too, and every plugin would "pass" against it)."""
+    score = np.linspace(-4.0, 4.0, int(np.prod(shape))).reshape(shape)
+    try:
+        with np.errstate(all="ignore"):
+            got = mod.fn(score, *score_mod_indices(shape, np.float64), np)
+    except Exception as exc:  # the user's function: anything it raises is named
+        said = (str(exc).strip().splitlines() or [""])[0]
+        raise InputError(f"score_mod {mod.name!r}: raised {type(exc).__name__} on a "
+                         f"{shape} float64 score: {said}") from None
+    if np.shape(got) != shape:
+        raise InputError(f"score_mod {mod.name!r}: expected a score of the input's shape "
+                         f"{shape} (elementwise), got {np.shape(got)}")
+    if not np.isfinite(np.asarray(got, dtype=np.float64)).any():
+        raise InputError(f"score_mod {mod.name!r}: expected finite scores, got NaN or inf "
+                         f"everywhere on a {shape} score")
 
 
 def _check_finite(p: Problem) -> None:
