@@ -68,9 +68,40 @@ BUILTINS: Dict[str, str] = {
     "pallas.tpu.paged": "implementations.kernels.pallas:PallasTpuPaged",
     "pallas.gpu.paged": "implementations.kernels.pallas:PallasGpuPaged",
     # runtimes: the ONNX Attention op (onnxruntime, onnx.reference)
+    "onnxruntime.attention": "implementations.onnx.attention:OrtAttention",
+    "onnxruntime.attention[mask]": "implementations.onnx.attention:OrtAttentionMask",
+    "onnxruntime.attention[opset23]": "implementations.onnx.attention:OrtAttention23",
+    "onnxruntime.attention[4d]": "implementations.onnx.attention:OrtAttention4d",
+    "onnxruntime.attention[weight_inputs]":
+        "implementations.onnx.attention:OrtAttentionWeightInputs",
+    "onnx.reference.attention": "implementations.onnx.attention:RefAttention",
+    "onnx.reference.attention[mask]": "implementations.onnx.attention:RefAttentionMask",
+    "onnx.reference.attention[opset23]": "implementations.onnx.attention:RefAttention23",
+    "onnx.reference.attention[softmax_fp32]":
+        "implementations.onnx.attention:RefAttentionSoftmaxFp32",
     # runtimes: onnxruntime's contrib ops (com.microsoft)
+    "onnxruntime.mha": "implementations.onnx.contrib:OrtMultiHeadAttention",
+    "onnxruntime.mha[kpm2d]": "implementations.onnx.contrib:OrtMultiHeadAttentionKpm2d",
+    "onnxruntime.mha[bias]": "implementations.onnx.contrib:OrtMultiHeadAttentionBias",
+    "onnxruntime.gqa": "implementations.onnx.contrib:OrtGroupQueryAttention",
+    "onnxruntime.gqa[bias]": "implementations.onnx.contrib:OrtGroupQueryAttentionBias",
     # runtimes: OpenVINO
+    "openvino.sdpa": "implementations.openvino.sdpa:OpenVINOSDPA",
+    "openvino.sdpa[mask]": "implementations.openvino.sdpa:OpenVINOSDPAMask",
+    "openvino.sdpa[float_mask]": "implementations.openvino.sdpa:OpenVINOSDPAFloatMask",
+    "openvino.convert[torch.nn]": "implementations.openvino.convert:ConvertTorchNN",
+    "openvino.convert[torch.nn[sdpa]]": "implementations.openvino.convert:ConvertTorchNNSDPA",
+    "openvino.convert[torch.sdpa]": "implementations.openvino.convert:ConvertTorchSDPA",
+    "openvino.onnx": "implementations.openvino.onnx:OpenVINOOnnx",
+    "openvino.onnx[opset23]": "implementations.openvino.onnx:OpenVINOOnnx23",
     # export paths: torch modules exported and run by a runtime
+    "export.onnx[torch.nn]": "implementations.export.onnx_export:ExportOnnxTorchNN",
+    "export.onnx[torch.nn[sdpa]]": "implementations.export.onnx_export:ExportOnnxTorchNNSDPA",
+    "export.onnx[torch.sdpa]": "implementations.export.onnx_export:ExportOnnxTorchSDPA",
+    "export.onnx-opset23[torch.sdpa]": "implementations.export.onnx_export:ExportOnnx23TorchSDPA",
+    "export.onnx-ts[torch.nn]": "implementations.export.onnx_export:ExportOnnxTsTorchNN",
+    "export.onnx-ts[torch.sdpa]": "implementations.export.onnx_export:ExportOnnxTsTorchSDPA",
+    "export.executorch[torch.nn]": "implementations.export.onnx_export:ExportExecuTorchTorchNN",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
@@ -80,6 +111,8 @@ BUILTIN_FAMILIES: Dict[str, str] = {
     "hf.*": "implementations.hf.transformers:variants",
     # One Keras backend per process (KERAS_BACKEND); the others are listed as unavailable.
     "keras.mha*": "implementations.keras.mha:variants",
+    # export paths of Hugging Face models (implementations/export/onnx_export.py)
+    "export.onnx[hf.model.*]": "implementations.export.onnx_export:hf_model_variants",
 }
 INSTALL_HINTS = {
     "torch": "pip install 'mha-suite[torch]'",
@@ -277,8 +310,43 @@ def _load_builtin(spec: str, name: str) -> Implementation:
     for cls in classes:
         if getattr(cls, "name", None) == name:
             check_interface(cls)
+            outside = outside_declared_range(getattr(cls, "framework", ""))
+            if outside:  # an older library would fail in the cases, read as its failures
+                raise Unavailable(f"{name}: {outside}")
             return cls()
     raise Unavailable(f"{spec} no longer provides {name!r}")
+
+
+@functools.cache
+def outside_declared_range(framework: str) -> Optional[str]:
+    """Why the installed release of ``framework``'s library lies outside the range
+    mha-suite's extras declare for it (its own installed metadata), or None: inside, not
+    installed, or no range declared. A built-in outside its range is unavailable with this
+    line rather than run against a release it was never written for."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    from suite.results.environment import distribution_of
+
+    dist = distribution_of(framework) if framework else None
+    if dist is None:
+        return None
+    try:
+        installed = Version(metadata.version(dist))
+        requires = metadata.requires("mha-suite") or []
+    except (metadata.PackageNotFoundError, InvalidVersion):
+        return None
+    for line in requires:
+        req = Requirement(line)
+        if canonicalize_name(req.name) == canonicalize_name(dist) and req.specifier \
+                and not req.specifier.contains(installed, prereleases=True):
+            extra = next((m.group(1) for m in re.finditer(r'extra == "([^"]+)"', line)), None)
+            hint = f" (pip install 'mha-suite[{extra}]')" if extra else ""
+            return f"{dist} {installed} is installed; mha-suite declares {dist}{req.specifier}{hint}"
+    return None
 
 
 def _plugin_file(spec: str) -> Optional[Path]:

@@ -1,0 +1,57 @@
+"""export.executorch[SOURCE]: a torch plugin's module through torch.export and ExecuTorch.
+
+The same path as ``implementations.export.onnx_export`` (the module built and loaded as the
+source plugin builds it, its call exported with every tensor and weight a graph input,
+cached per shapes and mask kind), but exported with ``torch.export.export`` (non-strict),
+lowered with ``executorch.exir.to_edge(...).to_executorch()`` and no delegate, so the
+program runs on ExecuTorch's own kernels through ``executorch.runtime.Runtime`` (the
+pybindings of the pip wheel). ``executorch`` missing: the names are unavailable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+import torch
+
+from implementations.export.onnx_export import ExportPath
+
+
+class ExecuTorchProgram:
+    """A loaded ExecuTorch program's ``forward``: ``run(feeds)`` takes the inputs by name,
+    in the exported order, and returns the outputs as arrays."""
+
+    def __init__(self, buffer: bytes, names: Sequence[str]) -> None:
+        from executorch.runtime import Runtime
+
+        self.program = Runtime.get().load_program(buffer)
+        self.method = self.program.load_method("forward")
+        self.input_names = tuple(names)
+
+    def run(self, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        inputs = [torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.input_names]
+        return [np.asarray(t.detach().numpy() if isinstance(t, torch.Tensor) else t)
+                for t in self.method.execute(inputs)]
+
+
+class ExecuTorchPath(ExportPath):
+    """``ExportPath`` with torch.export + ExecuTorch in place of torch.onnx + onnxruntime."""
+
+    exporter = "executorch"
+
+    def export_model(self, graph: torch.nn.Module, args: Sequence[torch.Tensor],
+                     names: Sequence[str]) -> bytes:
+        from executorch.exir import to_edge
+
+        chatter = io.StringIO()
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(chatter):
+            warnings.simplefilter("ignore")
+            program = torch.export.export(graph, tuple(args), strict=False)
+            return bytes(to_edge(program).to_executorch().buffer)
+
+    def load(self, model: bytes, names: Sequence[str]) -> Any:
+        return ExecuTorchProgram(model, names)
