@@ -90,6 +90,26 @@ def pytest_configure(config: pytest.Config) -> None:
         from suite.conformance.session import ConformanceSession
 
         ConformanceSession.ensure(config)
+    if _conformance_run(config) and not _logging_asked(config):
+        # pytest's log capture attaches its handlers to every non-propagating logger around
+        # each phase of each test: torch's dozens made it 12 ms of a case's harness cost, a
+        # tenth of a NumPy case (docs/measured/profile.md). A conformance case's outcome is
+        # its record, and what a plugin logs still reaches the captured stderr (logging's
+        # last resort, WARNING and up). Blocked as ``-p no:logging`` blocks it (pytest's
+        # registers in its own trylast pytest_configure, after this one).
+        config.pluginmanager.set_blocked("logging-plugin")
+
+
+def _logging_asked(config: pytest.Config) -> bool:
+    """True where the command line or the ini file asks pytest's logging for something."""
+    options = ("log_level", "log_file", "log_cli_level", "log_file_level", "log_format")
+    if any(getattr(config.option, o, None) for o in options):
+        return True
+    try:
+        return bool(config.getini("log_cli") or config.getini("log_level")
+                    or config.getini("log_file"))
+    except (ValueError, KeyError):  # pytest run without its logging plugin
+        return False
 
 
 def _conformance_run(config: pytest.Config) -> bool:
@@ -109,14 +129,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def crash_safe_loadgroup() -> type:
-    """``LoadGroupScheduling`` whose ``remove_node`` forgets the dead worker's collection,
+    """``LoadGroupScheduling`` that groups a conformance run's cases by their node ids
+    (``_split_scope``), and whose ``remove_node`` forgets the dead worker's collection,
     requeues its unfinished cases but the one it died in, and reschedules only workers
     that have registered their collection, each to at least two cases or to shutdown."""
     from collections import OrderedDict
 
     from xdist.scheduler import LoadGroupScheduling
 
+    from suite.conformance.session import group_of
+
     class CrashSafeLoadGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            """A conformance case's unit of work is its group (``group_of``: one
+            implementation's cases of one family), read from its node id: pytest-xdist's
+            own way of telling its controller the worker's ``xdist_group`` marker (``@group``
+            appended to the node id) does nothing under pytest 9.2, and each case went to
+            whichever worker was free (measured: numpy/masking split over both workers)."""
+            return group_of(nodeid) or super()._split_scope(nodeid)
+
         def remove_node(self, node):
             workload = self.assigned_work.pop(node)
             if not self._pending_of(workload):  # a worker that finished: as xdist does

@@ -332,3 +332,29 @@ def test_a_failed_conformance_save_stops_in_one_line(tmp_path):
                      "saved before are kept"], proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["conformance.json.lock"])
+
+
+@pytest.mark.parametrize("doc", [
+    {"kind": "k", "results": [{"a": 1, "b": [1, {"c": None}], "x": "two\nlines"}, {"n": 2}],
+     "machine_info": {"node": "n", "cpu": {"flags": ["a", "b"]}}, "benchmarks": [], "e": {}},
+    {"benchmarks": [{"extra_info": {"Lq": 3}}], "mha_suite_not_measured": [{"L": 1}]},
+    {}, {"results": []},
+])
+def test_dumps_is_the_indented_json_value_with_one_entry_a_line(doc):
+    text = records.dumps(doc)
+    assert json.loads(text) == json.loads(json.dumps(doc, indent=1))
+    rows = [k for k in records.ROW_LISTS if doc.get(k)]
+    lines = [line.removesuffix(",") for line in text.splitlines()]
+    for key in rows:  # each entry on a line of its own, as the C encoder writes it
+        for entry in doc[key]:
+            assert "  " + json.dumps(entry) in lines
+
+
+def test_a_conformance_file_is_written_one_record_a_line(tmp_path):
+    path = tmp_path / "c.json"
+    rs = [{"impl": "numpy", "device": "cpu", "dtype": "float32", "test_id": f"t{i}",
+           "outcome": "pass"} for i in range(3)]
+    records.merge_conformance(path, RUN, [{"name": "numpy"}], rs)
+    text = path.read_text()
+    assert sum(line.startswith('  {"impl"') for line in text.splitlines()) == 3
+    assert records.read_file(path, "conformance").doc["results"] == rs

@@ -403,6 +403,15 @@ def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcom
     held = _reaching(impl, p, out, known_behaviours(impl, p, dtype, out.device, isa, exhibited),
                      with_weights)
     out.known_held = sorted(set(out.known_held) | {kb.name for kb in held})
+    with oracle.pinned(p):  # no plugin code runs from here on: p's arrays stay as they are
+        return _classify(impl, out, p, res, exhibited, held, with_weights)
+
+
+def _classify(impl: Implementation, out: Outcome, p: Problem, res: Result,
+              exhibited: List[str], held: List[KnownBehaviour], with_weights: bool
+              ) -> Outcome:
+    """``judge``'s comparisons with the spec and the declared policies."""
+    dtype, isa = out.dtype, out.isa
     try:
         out.comparisons = _comparisons(p, res, dtype, with_weights)
     except AssertionError as exc:  # wrong shapes, missing weights
@@ -570,8 +579,10 @@ def slack(impl: Implementation, p: Problem, dtype: str, dots: Optional[str] = No
     """Two results each within the rule's bound of the oracle differ by at most twice it."""
     if not declared(impl, "projection_bias"):  # the bound of the problem it was given
         p = without_projection_biases(p)
-    ref, _ = oracle.oracle(p)
-    c = compare("oracle", ref, ref, [b[0] for b in oracle.baselines(p, dtype, dots=dots)], dtype)
+    with oracle.pinned(p):  # (the oracle's code only)
+        ref, _ = oracle.oracle(p)
+        baselines = oracle.baselines(p, dtype, dots=dots)
+    c = compare("oracle", ref, ref, [b[0] for b in baselines], dtype)
     return 2 * c.bound
 
 

@@ -33,6 +33,9 @@ from suite.plugins.selection import Selection
 
 PLUGIN_NAME = "mha_suite_conformance_session"
 SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
+# ... and at most this share of the run's time: a save rewrites every record (a 1,600-case
+# run's took 0.6 s), so a fixed period made the saves a sixth of a long run's time.
+SAVE_SHARE = 0.05
 # Family of the tests whose outcome names no family through a ``case`` parameter.
 MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
                  "test_hypothesis": "hypothesis"}
@@ -47,6 +50,30 @@ SESSION = pytest.StashKey["ConformanceSession"]()  # this run's session
 
 _TARGET = re.compile(r"^(?P<impl>.+?)-(?P<device>cpu-interpret|cpu|cuda(?::\d+)?)-"
                      r"(?P<dtype>float64|float32|float16|bfloat16)(?:-(?P<case>[^/]+/.+))?$")
+
+
+_PARAMS = re.compile(_TARGET.pattern.replace("(?P<case>[^/]+/.+)", "(?P<rest>.+)"))
+
+
+def group_of(nodeid: str) -> Optional[str]:
+    """The pytest-xdist group of a conformance test, read from its node id: the
+    ``{implementation}/{family}`` the session marks it with (``xdist_group``); None for a
+    test that runs no implementation. The scheduler reads it here
+    (``suite.pytest_plugin.crash_safe_loadgroup``): pytest-xdist 3.8 passes the marker to
+    its controller by appending ``@group`` to the worker's node id, which pytest 9.2 no
+    longer reads (``Node._id``; pytest-dev/pytest-xdist#1386), so the marker alone left
+    every case a unit of its own and an implementation's cases on every worker."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # a pytest-xdist that suffixed the group
+        return nodeid.rsplit("@", 1)[1]
+    path, _, test = nodeid.partition("::")
+    _, _, params = test.rpartition("::")[2].partition("[")
+    m = _PARAMS.match(params.removesuffix("]"))
+    if not m:
+        return None
+    rest = m["rest"] or ""  # a case's family/name, a test's own parameter, or nothing
+    fam = rest.split("/", 1)[0] if "/" in rest else MODULE_FAMILY.get(
+        path.rsplit("/", 1)[-1].removesuffix(".py"), "other")
+    return f"{m['impl']}/{fam}"
 
 
 def crash_record(nodeid: str, said: str) -> Optional[dict]:
@@ -69,8 +96,7 @@ def crash_record(nodeid: str, said: str) -> Optional[dict]:
 
 class _AfterSelection:
     """The session's step that must see the items every other selection left (-k, -m, the
-    sample): a hook of its own, trylast, while the session's grouping markers go on before
-    pytest-xdist reads them (its hook is trylast too)."""
+    sample): a hook of its own, trylast, after the session's grouping markers."""
 
     def __init__(self, session: ConformanceSession) -> None:
         self.session = session
@@ -130,6 +156,7 @@ class ConformanceSession:
         self.task = None
         self.failed = 0
         self.saved = -float("inf")  # the first finished case is saved at once
+        self.save_every = SAVE_EVERY_S  # grows with what a save costs (SAVE_SHARE)
         self.json_path: Optional[str] = config.getoption("--conformance-json")
         self._targets: Optional[list] = None
         self.interrupted: Optional[str] = None
@@ -218,9 +245,11 @@ class ConformanceSession:
         other cores idle. The property-based cases run first: each runs many examples (on a
         compiled plugin, one compile each: torch.flex's took 137 s of a 240 s run), and
         started last, one of them left a worker running alone at the end (longest first is
-        the classic fix). The markers must be on the items before pytest-xdist reads them
-        (its own hook, trylast); the shard and the progress bar come after every selection
-        (``_AfterSelection``)."""
+        the classic fix). pytest-xdist's worker reads the markers in its own hook, after this
+        one, but under pytest 9.2 what it does with them never reaches its controller
+        (pytest-dev/pytest-xdist#1386): the scheduler reads the same group from each node id
+        (``group_of``, ``suite.pytest_plugin.crash_safe_loadgroup``). The shard and the
+        progress bar come after every selection (``_AfterSelection``)."""
         self.session = session  # (the serial run's session is made after sessionstart)
         if config.getoption("--sample") or config.getoption("--cover"):
             self.take_sample(config, items, cover=config.getoption("--cover"))
@@ -351,12 +380,13 @@ class ConformanceSession:
                 self.passed.setdefault(value[0], value[1])
         if self.bar is not None:
             self.bar.update(self.task, advance=1, failed=self.failed)
-        if time.monotonic() - self.saved > SAVE_EVERY_S:
-            self.save()  # a killed run keeps what it measured
+        if time.monotonic() - self.saved > self.save_every:
+            self.save()  # a killed run keeps what it measured (Ctrl-C, SIGTERM: all of it)
 
     def save(self) -> None:
         """Merge the records into --conformance-json. A save that fails (a full disk, a
         file-size limit) stops the run: the file keeps the records saved before."""
+        started = time.monotonic()
         if self.json_path and self.records and not self.save_error:
             from suite.conformance.summary import write_json
             from suite.results import records
@@ -369,6 +399,7 @@ class ConformanceSession:
                 if self.session is not None:
                     self.session.shouldstop = self.save_error
         self.saved = time.monotonic()
+        self.save_every = max(SAVE_EVERY_S, (self.saved - started) / SAVE_SHARE)
 
     def declaration_errors(self) -> List[str]:
         """With --strict-declarations, what makes the run fail though every case passed: a
