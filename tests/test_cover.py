@@ -27,14 +27,40 @@ def _items(impls) -> list:
             for name, impl in impls for dtype in DTYPES for fam, case in cases]
 
 
-def test_every_family_in_every_dtype_of_every_implementation_is_kept():
+def _kept_dtypes(items, keep, name) -> dict:
+    """family -> the dtypes CI's selection keeps of implementation ``name``."""
+    dtypes = defaultdict(set)
+    for it, k in zip(items, keep):
+        if k and it.impl_name == name:
+            dtypes[it.family].add(it.dtype)
+    return dtypes
+
+
+def test_every_family_and_every_dtype_meet_every_implementation():
     items = _items([("plain", PLAIN), ("compiled", COMPILER)])
     keep = cover.choose(items, [], MASK_FORMS)
-    kept = {(it.impl_name, it.dtype, it.family) for it, k in zip(items, keep) if k}
-    wanted = {(it.impl_name, it.dtype, it.family) for it in items}
-    assert kept == wanted
-    assert 0 < sum(keep) < len(items) / 3  # a selection, not the matrix
+    for name in ("plain", "compiled"):
+        dtypes = _kept_dtypes(items, keep, name)
+        assert set(dtypes) == {it.family for it in items}
+        assert set().union(*dtypes.values()) == set(DTYPES)
+    assert 0 < sum(keep) < len(items) / 6  # a selection, not the matrix
     assert cover.choose(items, [], MASK_FORMS) == keep  # deterministic
+
+
+def test_a_family_runs_in_one_dtype_but_where_the_dtype_is_the_point():
+    items = _items([("plain", PLAIN), ("compiled", COMPILER)])
+    keep = cover.choose(items, [], MASK_FORMS)
+    plain = _kept_dtypes(items, keep, "plain")
+    for family, dtypes in plain.items():
+        if family in cover.EVERY_DTYPE_FAMILIES:
+            assert dtypes == set(DTYPES), family
+        elif family in cover.ONE_DTYPE_FAMILIES:
+            assert dtypes == {"float32"}, family
+        else:
+            assert len(dtypes) == 1, (family, dtypes)
+    # a per-shape compiler: every family in one dtype (lanes: each length once, in turn)
+    compiled = _kept_dtypes(items, keep, "compiled")
+    assert all(len(d) == 1 for f, d in compiled.items() if f != "lanes"), compiled
 
 
 def test_every_lane_length_meets_each_implementation_once_in_a_dtype_taken_in_turn():
@@ -47,7 +73,7 @@ def test_every_lane_length_meets_each_implementation_once_in_a_dtype_taken_in_tu
             runs[(it.impl_name, it.case)].append(it.dtype)
     assert all(runs[("plain", case)] for case in lanes)  # every length, kind and impl
     assert {d for case in lanes for d in runs[("plain", case)]} == set(DTYPES)
-    # a per-shape compiler keeps the sample's three lengths (a compile each), every dtype
+    # a per-shape compiler keeps the sample's three lengths (a compile each)
     assert {c for (name, c) in runs if name == "compiled"} == {
         "nan_query_S4", "fully_masked_S9", "nan_padding_S17"}
 
@@ -69,7 +95,7 @@ def test_left_counts_leave_undeclared_mask_forms_out():
     items = _items([("plain", PLAIN)])
     keep = cover.choose(items, [], MASK_FORMS)
     left = cover.left_counts(items, keep)["plain"]
-    assert left["masking"] > 0 and "hypothesis" not in left
+    assert left["masking"] > 0 and left["hypothesis"] == len(DTYPES) - 1  # one dtype ran
     undeclared = sum(1 for it in items if it.family == "mask_forms"
                      and it.case not in PLAIN.mask_forms)
     forms = sum(1 for it, k in zip(items, keep) if it.family == "mask_forms" and not k)

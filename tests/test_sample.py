@@ -58,6 +58,17 @@ def test_sweep_sample_leaves_a_per_shape_compiler_four_lengths_at_the_usual_head
         COMPILER, "cpu", p, spec) for p in left)
 
 
+def test_the_ci_presets_sample_leaves_a_per_shape_compiler_its_longest_length():
+    from suite.sweep.presets import arguments, grid
+
+    spec = grid(arguments(preset="ci"))
+    pts = [Point(**p) for p in spec["points"]]
+    assert all(sample.sweep_left_out(PLAIN, "cpu", p, spec) is None for p in pts)
+    kept = [p for p in pts if sample.sweep_left_out(COMPILER, "cpu", p, spec) is None]
+    assert {(p.L, p.H) for p in kept} == {(256, 4)}
+    assert {p.mask for p in kept} == {"none", "causal"}
+
+
 def test_left_line_counts_per_family():
     assert sample.left_line({}) is None
     line = sample.left_line({"a": {"tiles": 8, "masking": 14}, "b": {"tiles": 8}})

@@ -6,14 +6,22 @@ request's CI runs a selection that still covers what a stale or wrong declaratio
 break, chosen from the collected cases alone (deterministic: the same cases on every machine
 and every run):
 
-1. the main job's sample (``suite.conformance.sample``): every implementation on every case family in
-   every dtype it has, a few cases of each (the first only for a per-shape compiler or an
-   interpreted kernel);
-2. every lane length once: each case of the lanes family runs on every implementation, in
+1. the main job's sample (``suite.conformance.sample``): every implementation on every case
+   family, a few cases of each (the first only for a per-shape compiler or an interpreted
+   kernel), each family in one of the implementation's dtypes, the dtypes taken in turn over
+   the families (every dtype and every family still meet each implementation; a family's
+   bugs seldom show in one dtype alone, and ``mha-suite check`` runs them all); the families
+   where a dtype's width or range is the point (lanes, special values, numerics) in every
+   dtype, but on a per-shape compiler or an interpreted kernel (cold, a case compiles for
+   5-10 s on a CPU: the selection's largest cost);
+2. the dropout family's cases (200 training-mode calls each, seconds on a module) in one
+   dtype, float32 where the implementation has it (what is drawn does not depend on the
+   dtype; ``mha-suite check`` runs the others);
+3. every lane length once: each case of the lanes family runs on every implementation, in
    one of its dtypes in turn (case i in dtype i mod n), so every key length around one and
    two SIMD vectors meets each implementation once (a per-shape compiler or an interpreted
    kernel: the sample's three, under one vector, past one and past two AVX2 vectors);
-3. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
+4. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
    ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
    so an entry that no longer holds fails the run under ``--strict-declarations``.
 
@@ -38,6 +46,10 @@ PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else th
 # Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
 # (a compile each, in each of its dtypes; the derandomised first draw is the smallest shape).
 COVER_EXAMPLES_COMPILED = 1
+# Families whose cases CI's selection runs in one dtype per implementation (float32 where it
+# has one), and those it runs in every dtype (where a dtype's width or range is the point).
+ONE_DTYPE_FAMILIES = ("dropout",)
+EVERY_DTYPE_FAMILIES = ("lanes", "special_values", "numerics")
 
 
 class Item(NamedTuple):
@@ -57,6 +69,8 @@ def choose(items: Sequence[Item], known: Iterable[str], form_order: Iterable[str
     """Which of ``items`` CI's covering selection keeps (one flag each, in order)."""
     form_order = tuple(form_order)
     keep = [sampled(it.impl, it.device, it.family, it.case, form_order) for it in items]
+    _one_dtype_per_family(items, keep)
+    _one_dtype(items, keep, ONE_DTYPE_FAMILIES)
     _every_lane_once(items, keep)
     where: Dict[str, List[int]] = {}
     for i, it in enumerate(items):
@@ -70,6 +84,41 @@ def choose(items: Sequence[Item], known: Iterable[str], form_order: Iterable[str
             keep[i] = True
             have.append(i)
     return keep
+
+
+def _one_dtype_per_family(items: Sequence[Item], keep: List[bool]) -> None:
+    """Each family's kept cases in one dtype per implementation and device: family n (in
+    name order) in dtype n mod the dtypes it has, so every dtype and every family still
+    meet it. Not for the families a dtype is the point of (``EVERY_DTYPE_FAMILIES``), except
+    on a per-shape compiler or an interpreted kernel; not for ``ONE_DTYPE_FAMILIES``."""
+    groups: Dict[tuple, List[int]] = {}
+    for i, it in enumerate(items):
+        if not keep[i] or it.family in ONE_DTYPE_FAMILIES:
+            continue
+        if it.family in EVERY_DTYPE_FAMILIES and not compiles_per_shape(it.impl, it.device):
+            continue
+        groups.setdefault((it.impl_name, it.device), []).append(i)
+    for indices in groups.values():
+        families = sorted({items[i].family for i in indices})
+        dtypes = sorted({items[i].dtype for i in indices})
+        turn = {family: dtypes[n % len(dtypes)] for n, family in enumerate(families)}
+        for i in indices:
+            keep[i] = turn[items[i].family] == items[i].dtype
+
+
+def _one_dtype(items: Sequence[Item], keep: List[bool], families: Iterable[str]) -> None:
+    """The kept cases of ``families`` in one dtype per implementation and device: float32
+    where it has it, else the first in name order."""
+    families = set(families)
+    dtypes: Dict[tuple, set] = {}
+    for i, it in enumerate(items):
+        if keep[i] and it.family in families:
+            dtypes.setdefault((it.impl_name, it.device), set()).add(it.dtype)
+    chosen = {key: "float32" if "float32" in have else min(have)
+              for key, have in dtypes.items()}
+    for i, it in enumerate(items):
+        if keep[i] and it.family in families:
+            keep[i] = chosen[(it.impl_name, it.device)] == it.dtype
 
 
 def _every_lane_once(items: Sequence[Item], keep: List[bool]) -> None:

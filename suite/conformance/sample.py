@@ -112,14 +112,16 @@ def sweep_left_out(impl: object, device: str, point: Any, spec: Dict[str, Any]
     A per-shape compiler (torch.compile, FlexAttention: each point compiles anew, 2-7 s
     cold on a CPU, the default sweep's largest cost) times every other length of the grid
     (the longest always) at the grid's most common head count, both masks: four lengths
-    of the default's seven, enough for the fitted exponent."""
+    of the default's seven, enough for the fitted exponent. A preset whose
+    ``sample_compiled`` is ``longest`` (ci: a smoke test) times only the longest length."""
     if not declared(impl, "compiles_per_shape"):
         return None
     points = spec.get("points") or []
     lengths = sorted({p["L"] for p in points})
     heads = [p["H"] for p in points]
     usual = max(sorted(set(heads)), key=heads.count) if heads else point.H
-    kept = set(lengths[::2]) | set(lengths[-1:])
+    kept = set(lengths[-1:]) if spec.get("sample_compiled") == "longest" \
+        else set(lengths[::2]) | set(lengths[-1:])
     if point.L in kept and point.H == usual:
         return None
     return (f"main job's sample: a per-shape compiler times L in "

@@ -34,6 +34,9 @@ PRESETS: Dict[str, Dict[str, Any]] = {
                    {"lengths": [128], "heads": [1], "mask": ["none"]}],
         "defaults": {"batch": [1], "head_dim": [32], "dtype": ["float32"], "device": ["cpu"]},
         "timing": {"max_time": 0.05, "min_rounds": 3, "warmup_iterations": 1},
+        # under --sample, a per-shape compiler times the longest length only (a compile per
+        # point, 5-30 s each cold: most of this preset's time otherwise)
+        "sample_compiled": "longest",
     },
     # default: minutes on a 2-core CPU. Length scaling at H=8: seven lengths up to 2048 (4
     # degrees of freedom for the three-term cost model; 4096 cost twice this whole block);
@@ -181,7 +184,8 @@ def grid(args: argparse.Namespace) -> Dict[str, Any]:
     for k in ("max_time", "min_rounds"):
         if getattr(args, k, None) is not None:
             timing[k] = getattr(args, k)
-    return {"preset": args.preset, "points": points, "timing": timing}
+    return {"preset": args.preset, "points": points, "timing": timing,
+            "sample_compiled": preset.get("sample_compiled", "every_other")}
 
 
 def point_problem(point: Point):
