@@ -14,6 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 # instruction-set level is a process of its own per run, tested once in tests/test_isa.py
 # (which passes --isa), not repeated by every test that runs a check.
 os.environ.setdefault("MHA_SUITE_ISA", "native")
+
+
+def _share_compile_caches() -> None:
+    """One inductor and one JAX compile cache for every test and every process it starts,
+    whatever cache directory a test gives the suite: a test that starts the suite on an empty
+    cache (to see what a fresh machine describes) otherwise compiled torch.compile's and
+    FlexAttention's probes anew, about 20 s a test."""
+    from suite.plugins import cache
+
+    try:
+        for var, folder in cache.COMPILE_CACHE_ENV.items():
+            os.environ.setdefault(var, str(cache.subdir(folder)))
+    except OSError:  # an unwritable cache directory: the frameworks' own defaults
+        pass
+
+
+_share_compile_caches()
 PLUGINS = ROOT / "tests" / "plugins"
 
 

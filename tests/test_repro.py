@@ -89,6 +89,10 @@ def _levels(name: str, library: str) -> list:
     return list(isa.machine_levels()) or [None]
 
 
+# Slow (nox -s check_full): each reproducer runs at every CPU level in processes of its own
+# (170 s of CI's pytest step); whether a library still shows a behaviour is a verdict of the
+# whole matrix's run, and CI's covering check holds the known-failure entries themselves.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHOWS))
 def test_reproducer_still_shows_its_behaviour(name, tmp_path_factory):
     library, env, shows = SHOWS[name]
