@@ -116,6 +116,8 @@ def test_a_record_lists_its_implementation_x_device_x_dtype_x_cases(tmp_path):
     (("cases = [\"masking/fully_masked_*\", \"test_random_shapes\"]", "cases = []"),
      "cases: expected a string or a non-empty list of strings"),
     (("reason = \"a planted bug\"", "reason = \"\"\"two\nlines\"\"\""), "reason: expected one line"),
+    (("reason = \"a planted bug\"", "reason = \"a planted bug\"\nraises = 'Error ('"),
+     "raises: expected a regular expression, got 'Error ('"),
 ])
 def test_a_wrong_record_is_one_line_naming_the_file_and_the_record(tmp_path, edit, needle):
     path = _write(tmp_path, GOOD.replace(*edit))
@@ -224,3 +226,47 @@ def test_the_suites_known_behaviours_are_complete():
     for k in KNOWN_BEHAVIOURS:
         assert k.versions and k.reason and len(k.reason) <= 170, k.name
         assert (ROOT / k.repro).exists() and k.upstream.startswith("https://github.com/"), k.name
+
+
+RAISES_PLUGIN = """
+from implementations.numpy.mha import NumpyMHA
+
+
+class RaisesOnCausal(NumpyMHA):
+    name = "bug.raises_on_causal"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.kinds:
+            raise TypeError("an old release's constructor takes no such argument")
+        return super().attend(q, k, v, mask, scale, need_weights)
+"""
+
+
+@pytest.mark.parametrize("raises,outcome", [("", "error"), ("old release.s constructor", "known_failure"),
+                                            ("something else", "error")])
+def test_a_record_covers_an_error_only_where_its_raises_matches(tmp_path, raises, outcome):
+    """#52: a record turned a construction TypeError into its own wrong answer."""
+    import json
+
+    from tests.conftest import run_cli
+
+    (tmp_path / "plugin.py").write_text(RAISES_PLUGIN)
+    record = GOOD.replace('"mine.kernel[fast]"', '"bug.raises_on_causal"').replace(
+        'dtype = ["float16", "bfloat16"]', 'dtype = "float32"').replace(
+        'cases = ["masking/fully_masked_*", "test_random_shapes"]', 'cases = "masking/causal"'
+    ).replace('condition = "torch>=2.4,<2.5; isa=avx2"\n', "")
+    if raises:
+        record += f"raises = '{raises}'\n"
+    known = _write(tmp_path, record)
+    done = run_cli("check", "--plugin", str(tmp_path / "plugin.py"), "--impl",
+                   "bug.raises_on_causal", "--dtype", "float32", "-k", "masking/causal]",
+                   "--workers", "0", "--known-failures", str(known),
+                   "--json", str(tmp_path / "c.json"))
+    (rec,) = [r for r in json.loads((tmp_path / "c.json").read_text())["results"]
+              if r["case"] == "causal"]
+    assert rec["outcome"] == outcome, rec["reason"]
+    assert "old release's constructor" in rec["reason"]
+    if outcome == "error":
+        assert done.returncode == 1 and "does not cover it" in rec["reason"], done.stdout[-2000:]
+    else:
+        assert done.returncode == 0 and rec["reason"].startswith("a planted bug"), done.stdout

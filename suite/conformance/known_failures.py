@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -40,7 +41,7 @@ KNOWN_FAILURES_COMPAT_FILE = CONFORMANCE / "known_failures_compat.toml"
 KINDS = ("bug", "behaviour")
 REQUIRED = ("name", "implementation", "cases", "kind", "reason")
 OPTIONAL = ("device", "dtype", "condition", "library", "versions", "upstream", "reproducer",
-            "detail")
+            "detail", "raises")
 DEVICES = ("cpu", "cpu-interpret", "cuda")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 # The test function that runs each family's cases with a ``family/case`` parameter (the
@@ -75,6 +76,10 @@ class KnownFailure:
     upstream: str = ""  # the upstream issue or pull request (URL)
     reproducer: str = ""  # a standalone reproducer under docs/repro/
     detail: str = ""  # the long explanation, where no reproducer's README holds it
+    # A regular expression the error of a case that raises must match (re.search) for the
+    # record to hold there; a record without one lists wrong answers only, so a case that
+    # raises (a construction TypeError on an old release, say) stays an error.
+    raises: str = ""
     source: str = ""  # the file it was read from
 
     def test_globs(self) -> List[str]:
@@ -105,6 +110,15 @@ class Listed:
     reason: str
     where: Optional[Where]
     record: Optional[KnownFailure] = None
+
+    def absorbs(self, outcome: str, reason: str) -> bool:
+        """Whether a case it lists that ended ``outcome`` (its text ``reason``) is this
+        entry's known failure: a wrong answer always; an error (the case raised) only where
+        the record's ``raises`` matches the error (a line of the short form: never)."""
+        if outcome != "error":
+            return True
+        raises = self.record.raises if self.record is not None else ""
+        return bool(raises) and re.search(raises, reason) is not None
 
     def label(self) -> str:
         """The entry in a warning: its glob, with its record's file and name."""
@@ -204,6 +218,12 @@ def _record(raw: Any, path: str, number: int,
         condition = parse(text["condition"]) if text["condition"] else None
     except WhereError as exc:
         raise KnownFailuresError(f"{where}: condition: {exc}") from None
+    if text["raises"]:
+        try:
+            re.compile(text["raises"])
+        except re.error as exc:
+            raise KnownFailuresError(f"{where}: raises: expected a regular expression, got "
+                                     f"{text['raises']!r} ({exc})") from None
     lists = {f: _strings(raw[f], f, where) for f in ("implementation", "cases")}
     for field, known in (("device", DEVICES), ("dtype", DTYPES)):
         lists[field] = _strings(raw.get(field, "*"), field, where)
@@ -221,7 +241,7 @@ def _record(raw: Any, path: str, number: int,
                         condition=condition, library=text["library"],
                         versions=text["versions"], upstream=text["upstream"],
                         reproducer=text["reproducer"], detail=text["detail"],
-                        source=str(path), **lists)
+                        raises=text["raises"], source=str(path), **lists)
 
 
 def read_records(path: Union[str, Path]) -> List[KnownFailure]:

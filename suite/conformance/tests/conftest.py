@@ -160,12 +160,22 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
     if outcome.isa is None:  # a case that ended before the judge read the level
         outcome.isa = implementation_isa(request.node.callspec.params["target"][0].impl,
                                          outcome.device)
-    known = ConformanceSession.of(request.config).known_failure(
-        request.node.name, outcome.device, outcome.isa, impl=_impl_of(request))
+    session = ConformanceSession.of(request.config)
+    known = session.known_failure(request.node.name, outcome.device, outcome.isa,
+                                  impl=_impl_of(request))
     pattern = None
     if known:
         pattern, known = known
         request.node.user_properties.append((KNOWN_KEY, pattern))
+        entry = session.entries.get(pattern)
+        if outcome.outcome in FAILED and entry is not None \
+                and not entry.absorbs(outcome.outcome, outcome.reason):
+            # an error is not the wrong answer the entry describes: it stays an error
+            outcome.reason += (f" (known failure {entry.label()} does not cover it: it lists "
+                               "a wrong answer" + (f", an error matching {entry.record.raises!r}"
+                                                   if entry.record and entry.record.raises
+                                                   else "") + ", and the case raised)")
+            known = None
     late = timed_out(request.node)
     if late:  # whatever the plugin made of the alarm, the case ran out of time: an error,
         # which no known-failure entry absorbs (an entry lists a wrong answer, not a hang)
