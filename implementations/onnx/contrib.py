@@ -498,7 +498,7 @@ class OrtGroupQueryAttention(_ContribCore):
             ins += [""] * (QUERY_SEQLENS - len(ins)) + [g.input("query_seqlens", 1, True)]
             feeds["query_seqlens"] = np.full(B, L, np.int32)
         self._extras(g, p, pose.bias, ins, feeds, t)
-        out = g.node(self.op, ins, n_out=3 if past else 1, domain=DOMAIN, **attrs)[0]
+        out = g.node(self.op, ins, n_out=3, domain=DOMAIN, **attrs)[0]
         g.output(self._out(g, out, p))
         session = g.session()
         if not per_item:
