@@ -18,16 +18,13 @@ os.environ.setdefault("MHA_SUITE_ISA", "native")
 
 def _share_compile_caches() -> None:
     """One inductor and one JAX compile cache for every test and every process it starts,
-    whatever cache directory a test gives the suite: a test that starts the suite on an empty
-    cache (to see what a fresh machine describes) otherwise compiled torch.compile's and
-    FlexAttention's probes anew, about 20 s a test."""
+    whatever cache directory a test gives the suite (the environment, read by the processes
+    it starts, is set here once): a test that starts the suite on an empty cache (to see what
+    a fresh machine describes) otherwise compiled torch.compile's and FlexAttention's probes
+    anew, about 20 s a test."""
     from suite.plugins import cache
 
-    try:
-        for var, folder in cache.COMPILE_CACHE_ENV.items():
-            os.environ.setdefault(var, str(cache.subdir(folder)))
-    except OSError:  # an unwritable cache directory: the frameworks' own defaults
-        pass
+    cache.enable_compile_caches()
 
 
 _share_compile_caches()

@@ -99,11 +99,16 @@ def _one_dtype_per_family(items: Sequence[Item], keep: List[bool]) -> None:
             continue
         groups.setdefault((it.impl_name, it.device), []).append(i)
     for indices in groups.values():
-        families = sorted({items[i].family for i in indices})
-        dtypes = sorted({items[i].dtype for i in indices})
-        turn = {family: dtypes[n % len(dtypes)] for n, family in enumerate(families)}
+        turn = _in_turn(sorted({items[i].family for i in indices}),
+                        {items[i].dtype for i in indices})
         for i in indices:
             keep[i] = turn[items[i].family] == items[i].dtype
+
+
+def _in_turn(keys: Sequence[str], dtypes: Iterable[str]) -> Dict[str, str]:
+    """key n (in the order given) -> dtype n mod the dtypes (in name order)."""
+    ordered = sorted(dtypes)
+    return {key: ordered[n % len(ordered)] for n, key in enumerate(keys)}
 
 
 def _one_dtype(items: Sequence[Item], keep: List[bool], families: Iterable[str]) -> None:
@@ -131,9 +136,8 @@ def _every_lane_once(items: Sequence[Item], keep: List[bool]) -> None:
                                      or not compiles_per_shape(it.impl, it.device)):
             lanes.setdefault((it.impl_name, it.device), []).append(i)
     for indices in lanes.values():
-        cases = sorted({items[i].case for i in indices}, key=_lane_order)
-        dtypes = sorted({items[i].dtype for i in indices})
-        turn = {case: dtypes[n % len(dtypes)] for n, case in enumerate(cases)}
+        turn = _in_turn(sorted({items[i].case for i in indices}, key=_lane_order),
+                        {items[i].dtype for i in indices})
         for i in indices:
             if turn[items[i].case] == items[i].dtype:
                 keep[i] = True
