@@ -45,6 +45,10 @@ class SweepSession:
         self.done: Set[tuple] = set()
         self.points: List[dict] = []
         self.not_measured: List[dict] = []
+        # (implementation, status, reason) said on the console: each once, its other points
+        # counted in the summary and kept in the results (six interpreted kernels printed 108
+        # identical "never timed" lines in the main job)
+        self.said: Set[tuple] = set()
         self.run_info: Optional[Dict[str, Any]] = None
         self.count = 0  # points finished in this run (measured or not)
         self.saved = 0  # ... of which saved

@@ -35,8 +35,12 @@ def test_point(benchmark, sweep_point, sweep_session, request):
     request.node.stash[POINT] = result.info
     if result.status != Status.OK:
         session.record_not_measured(result.info, result.status, result.reason)
-        if result.status != Status.UNSUPPORTED or not result.reason.startswith("needs "):
-            session.note(f"{result.status}: {request.node.callspec.id}: {result.reason}"[:300])
+        said = (entry.name, result.status, result.reason)
+        if (result.status != Status.UNSUPPORTED or not result.reason.startswith("needs ")) \
+                and said not in session.said:
+            session.said.add(said)
+            session.note(f"{result.status}: {request.node.callspec.id}: {result.reason}"[:300]
+                         + " (said once per implementation and reason)")
         pytest.skip(f"{result.status}: {result.reason}")
     benchmark.extra_info.update(result.info)
     stats = benchmark.stats.stats
