@@ -8,7 +8,14 @@ import pytest
 
 from suite.conformance.cases import by_family
 from suite.spec.oracle import oracle
-from suite.spec.paging import GARBAGE, Paging, blocks_used, gather, paged_cache
+from suite.spec.paging import (
+    GARBAGE,
+    Paging,
+    blocks_used,
+    gather,
+    lengths_of,
+    paged_cache,
+)
 from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
@@ -122,13 +129,62 @@ def test_a_plugin_without_the_feature_is_unsupported():
     assert out.outcome == "unsupported" and "paged" in out.reason, out.reason
 
 
+# The cases where a sequence's length alone (no causal mask at an offset) hides its last
+# page's tail.
+MID_PAGE = {"length_ends_mid_page", "shared_block_tail", "wide_pages_mid_page"}
+
+
+def test_the_length_alone_hides_a_page_tail_in_the_mid_page_cases():
+    """Each mid-page case: no causal mask, every sequence ends inside its last page, and a
+    read of that tail changes the answer (the oracle with the lengths rounded up to whole
+    pages differs in every row)."""
+    for c in PAGED:
+        if c.name not in MID_PAGE:
+            continue
+        p = c.problem()
+        lengths, P = lengths_of(p), p.paging.page_size
+        assert not p.mask.causal and p.mask.query_offset is None, c.name
+        assert (lengths % P).all(), (c.name, lengths.tolist())
+        whole = np.minimum(blocks_used(lengths, P) * P, p.S)
+        wrong = dataclasses.replace(p, mask=dataclasses.replace(p.mask, valid_lens=whole))
+        assert (np.abs(oracle(wrong)[0] - oracle(p)[0]).max(axis=(1, 2)) > 1e-2).all(), c.name
+
+
+@pytest.mark.parametrize("case", PAGED, ids=lambda c: c.name)
+def test_the_plugin_is_handed_the_pool_as_the_only_copy(case):
+    """What a paged plugin is handed (``call``'s ``handed``): ``paged_cache`` of it is the
+    pool of the true problem, its key and value hold none of the sequences' tokens, and it
+    validates (a shared block still holds the same values in both sequences)."""
+    from implementations.numpy.mha import NumpyMHA
+    from suite.plugins.interface import handed
+
+    p = case.problem()
+    given = handed(NumpyMHA(), p)
+    given.validate()
+    for a, b in zip(paged_cache(given), paged_cache(p)):
+        np.testing.assert_array_equal(a, b)
+    for name in ("key", "value"):
+        got, true = getattr(given, name), getattr(p, name)
+        assert got.shape == true.shape and got.dtype == true.dtype
+        assert np.abs(got).min() > 0 and np.abs(got).mean() > GARBAGE / 2, name
+        assert not np.isclose(got, true).any(), name
+    assert handed(NumpyMHA(), given) is given  # handed once: no second pool of garbage
+    assert oracle(p)[0] is not None and p.paging.pool is None  # the oracle's problem intact
+
+
 @pytest.mark.parametrize("bug, passes", [
     ("OffByOneBlock", set()),
     # every case but those with pages of 16, 5 and 3 slots has the page size it assumes
     ("FixedPageSize", {"shared_prefix", "one_row_shuffled", "block_boundary", "gqa",
-                       "few_rows", "rows_at_offsets"}),
+                       "few_rows", "rows_at_offsets", "length_ends_mid_page",
+                       "shared_block_tail"}),
     # only a block shared past one sequence's length is written under another
-    ("WritesSharedBlock", {c.name for c in PAGED} - {"shared_prefix"}),
+    ("WritesSharedBlock", {c.name for c in PAGED} - {"shared_prefix", "shared_block_tail"}),
+    # the pool never opened: the logical key and value it is handed beside it are garbage
+    ("ReadsLogical", set()),
+    # a last page read whole: only the rows masked by their length alone see its tail (in
+    # the other cases causality at the offset hides it too)
+    ("ReadsWholePages", {c.name for c in PAGED} - MID_PAGE),
 ])
 def test_a_misread_page_fails(bug, passes):
     impl = getattr(planted("paged_planted"), bug)()
@@ -150,7 +206,7 @@ def _run_interpreted(impl, name: str, dtype: str):
 
 
 ONE_ROW_AT_THE_END = {"shared_prefix", "one_row_shuffled", "wide_pages", "page_not_dividing",
-                      "block_boundary", "gqa"}
+                      "block_boundary", "gqa"} | MID_PAGE
 
 
 @pytest.mark.parametrize("kernel, dtype", [

@@ -175,8 +175,7 @@ def save_problem(path: Path, p: Problem, **extra: np.ndarray) -> None:
     if p.score_mod is not None:  # a function: saved by name (the suite's examples load back)
         arrays["score_mod.name"] = p.score_mod.name
     if p.paging is not None:  # the paged cache's layout: its pool is rebuilt from it
-        arrays.update({f"paging.{f.name}": getattr(p.paging, f.name)
-                       for f in dataclasses.fields(p.paging)})
+        arrays.update({f"paging.{name}": getattr(p.paging, name) for name in Paging.LAYOUT})
     np.savez(path, **arrays, **extra)
 
 

@@ -79,6 +79,7 @@ from suite.plugins.declarations import (
     Deviation,
 )
 from suite.spec.layouts import LAYOUTS
+from suite.spec.paging import pool_only
 from suite.spec.problem import DTYPES, InputError, Problem
 from suite.spec.variants import ScoreMod
 
@@ -362,13 +363,21 @@ def call(impl: Implementation, problem: Problem, device: str, dtype: str, *,
     """One untimed call: prepare, run, synchronize, fetch (in the plugin's ``kv_grouping``:
     the problem's query heads reordered for it, its result back in the canonical order)."""
     order = query_head_order(impl, problem)
-    state = impl.prepare(grouped_for(impl, problem), device, dtype, need_weights=need_weights,
+    state = impl.prepare(handed(impl, problem), device, dtype, need_weights=need_weights,
                          grad=grad)
     handle = impl.run(state)
     impl.synchronize(state)
     result = impl.fetch(state, handle)
     return result if order is None or not isinstance(result, Result) else \
         _canonical_heads(result, order, problem)
+
+
+def handed(impl: Any, problem: Problem) -> Problem:
+    """``problem`` exactly as ``impl.prepare`` receives it: its query heads in the order the
+    plugin's kv grouping needs (``grouped_for``), and a paged cache's pool as the only copy of
+    the keys and values (``suite.spec.paging.pool_only``: the logical key and value replaced
+    by garbage, so a plugin that declares ``paged`` and reads them fails)."""
+    return pool_only(grouped_for(impl, problem))
 
 
 def query_head_order(impl: Any, problem: Problem) -> Optional[np.ndarray]:

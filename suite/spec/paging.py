@@ -20,6 +20,13 @@ and the blocks the table's unused entries (t >= ceil(lengths[b] / P)) point at h
 be shared read-only by several sequences (prefix sharing): every slot two sequences fill
 holds the same token in both (``suite.spec.problem`` checks it).
 
+The pool is the only copy of the cache a paged plugin is handed. The harness gives it the
+problem as ``pool_only(problem)`` returns it: ``paging.pool`` holds the pool built from the
+logical key and value, and ``key``/``value`` themselves (kept for their shape, S and E) hold
+``GARBAGE``-sized values read through the same table from another pool, so a plugin that
+declares ``paged`` and reads the logical tensors is far off everywhere, while the oracle
+judges the true ones. ``paged_cache`` returns ``paging.pool`` where it is set.
+
 A plugin that does not declare ``paged`` is given no paged problem: the case is reported
 unsupported, as a decode case is for a plugin without ``decode``. Running it unpaged would
 repeat the decode family under another name and report a pass for a paging it never did.
@@ -30,7 +37,7 @@ Nothing here imports a framework or ``suite.spec.problem``: every array is NumPy
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -46,13 +53,19 @@ class Paging:
     page_size: P, slots per block; block_table: (B, T) ints in [0, num_blocks),
     T = ceil(S / P), the block holding each sequence's t-th run of P logical slots (entries
     past a sequence's last filled block point at any block, and must not be read);
-    num_blocks: N, the pool's size; seed: the garbage in the pool's unfilled slots.
+    num_blocks: N, the pool's size; seed: the garbage in the pool's unfilled slots;
+    pool: the pool itself, set only on the problem a plugin is handed (``pool_only``), whose
+    key and value no longer hold the tokens it is built from (not part of the layout: a
+    reproducer saves the four fields above and rebuilds it).
     """
 
     page_size: int
     block_table: np.ndarray
     num_blocks: int
     seed: int = 0
+    pool: Optional[PagedCache] = dataclasses.field(default=None, repr=False, compare=False)
+
+    LAYOUT = ("page_size", "block_table", "num_blocks", "seed")  # what a reproducer saves
 
 
 class PagedCache(NamedTuple):
@@ -78,8 +91,11 @@ def blocks_used(lengths: np.ndarray, page_size: int) -> np.ndarray:
 
 def paged_cache(problem: Any) -> PagedCache:
     """The pool of ``problem`` (validated, ``paging`` set): each sequence's filled slots
-    written into its blocks, every other slot ``GARBAGE``-sized noise from ``paging.seed``."""
+    written into its blocks, every other slot ``GARBAGE``-sized noise from ``paging.seed``;
+    ``paging.pool`` where it is set (the problem a plugin is handed, ``pool_only``)."""
     pg = problem.paging
+    if pg.pool is not None:
+        return pg.pool
     P, N, E = pg.page_size, pg.num_blocks, problem.E
     table = np.asarray(pg.block_table)
     lengths = lengths_of(problem)
@@ -92,6 +108,30 @@ def paged_cache(problem: Any) -> PagedCache:
             key_pages[table[b, t], :filled] = problem.key[b, t * P:t * P + filled]
             value_pages[table[b, t], :filled] = problem.value[b, t * P:t * P + filled]
     return PagedCache(key_pages, value_pages, table.astype(np.int32), lengths.astype(np.int32))
+
+
+def pool_only(problem: Any) -> Any:
+    """``problem`` as a plugin that declares ``paged`` is handed it: the pool built from its
+    logical key and value kept in ``paging.pool`` (``paged_cache`` returns it), and the key and
+    value replaced by ``GARBAGE``-sized values, what the same table reads from a pool of
+    garbage (seed ``paging.seed + 1``). Shapes stay, and so does every check of the problem
+    (a block two sequences share holds the same values in both); the answer is only in the
+    pool. A problem without paging, or one already handed, is returned as it is."""
+    pg = problem.paging
+    if pg is None or pg.pool is not None:
+        return problem
+    cache = paged_cache(problem)
+    rng = np.random.default_rng(pg.seed + 1)
+    table, S = np.asarray(pg.block_table), problem.S
+
+    def poison(like: np.ndarray) -> np.ndarray:  # (B, S, E) read from a pool of garbage
+        pool = GARBAGE * rng.standard_normal((pg.num_blocks, pg.page_size, like.shape[2]))
+        return gather(pool, table, S).astype(like.dtype)
+
+    key = poison(problem.key)
+    value = key if problem.value is problem.key else poison(problem.value)
+    return dataclasses.replace(problem, key=key, value=value,
+                               paging=dataclasses.replace(pg, pool=cache))
 
 
 def gather(pages: np.ndarray, block_table: np.ndarray, S: int) -> np.ndarray:

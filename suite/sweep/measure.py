@@ -21,7 +21,7 @@ from suite.plugins.interface import (
     array_library,
     declared,
     expressible,
-    grouped_for,
+    handed,
     interpreted,
 )
 from suite.results.vocabulary import Status
@@ -56,9 +56,9 @@ def prepare(impl: Implementation, problem: Any, device: str, dtype: str,
             grad: bool = False) -> Prepared:
     """``impl.prepare`` on ``problem`` (one key/value source: value = key), timed."""
     start = time.perf_counter()
-    # the problem as the plugin takes it: one key/value source, its kv grouping
-    state = impl.prepare(grouped_for(impl, expressible(impl, problem)), device, dtype,
-                         grad=grad)
+    # the problem as the plugin takes it: one key/value source, its kv grouping, a paged
+    # cache's pool alone
+    state = impl.prepare(handed(impl, expressible(impl, problem)), device, dtype, grad=grad)
     prepare_s = time.perf_counter() - start
     compile_s = state.get("compile_s") if isinstance(state, dict) else getattr(
         state, "compile_s", None)

@@ -1,9 +1,12 @@
 """Planted paged-cache bugs on the NumPy reference (``read_pages``: the projected pool read
 through the block table): the paged family must fail each, and the reference pass."""
 
+import dataclasses
+
 import numpy as np
 
 from implementations.numpy.mha import NumpyMHA
+from suite.spec.paging import blocks_used, lengths_of
 
 
 class OffByOneBlock(NumpyMHA):
@@ -46,3 +49,29 @@ class WritesSharedBlock(NumpyMHA):
             if n // P < block_table.shape[1]:
                 pages[block_table[b, n // P], n % P] = 0  # the next token's slot
         return super().read_pages(pages, block_table, lengths, S)
+
+
+class ReadsLogical(NumpyMHA):
+    """Declares ``paged`` and never opens the pool: attends the problem's logical key and
+    value (the plugin handed the table, and the cache it was built from beside it)."""
+
+    name = "bug.paged_reads_logical"
+
+    def prepare(self, problem, device, dtype, **kw):
+        return super().prepare(dataclasses.replace(problem, paging=None), device, dtype, **kw)
+
+
+class ReadsWholePages(NumpyMHA):
+    """Reads every slot of a sequence's filled blocks: its length rounded up to a whole page
+    (a kernel that masks by pages, not by the sequence's length), so the tail of the last
+    page is attended."""
+
+    name = "bug.paged_reads_whole_pages"
+
+    def attention_mask(self, problem, dtype):
+        if problem.paging is not None:
+            P, S = problem.paging.page_size, problem.S
+            whole = np.minimum(blocks_used(lengths_of(problem), P) * P, S)
+            problem = dataclasses.replace(problem, mask=dataclasses.replace(
+                problem.mask, valid_lens=whole))
+        return super().attention_mask(problem, dtype)

@@ -12,8 +12,12 @@ unused entries point at garbage blocks. Cases: one row per sequence over a shuff
 a page size that divides no length, lengths that end exactly on a block boundary (the next
 entry is garbage), a prefix of blocks shared read-only by sequences (one of them ending
 inside a shared block), GQA and MQA caches, a few rows per sequence at the cache's end, and
-rows at offsets inside the cache (causality at the offset hides the later tokens); and one
-module's paged and unpaged reads of one cache agreeing (``agrees_with_unpaged``).
+rows at offsets inside the cache (causality at the offset hides the later tokens); one row
+per sequence masked by its length alone, no causal mask (vLLM's form), so that only the
+length hides the tail of a sequence's last page (garbage, or another sequence's tokens in a
+shared block); and one module's paged and unpaged reads of one cache agreeing
+(``agrees_with_unpaged``). The plugin is handed the pool as the only copy of the cache
+(``suite.spec.paging.pool_only``): the logical key and value it also gets hold garbage.
 
 A plugin without ``paged`` reports every case unsupported (``suite.spec.paging`` says why).
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
@@ -29,7 +33,7 @@ import numpy as np
 from suite.conformance.families.declare import family
 from suite.conformance.families.decode import decode_problem
 from suite.spec.paging import Paging, blocks_used, lengths_of
-from suite.spec.problem import Problem
+from suite.spec.problem import Mask, Problem
 
 FAMILY = "paged"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -146,6 +150,42 @@ def _rows_at_offsets(seed):
     """Two rows per sequence at offsets 3, 8 and 0 inside caches filled to 16, 11 and 7
     (pages of 4): causality at the offset hides the later blocks the table still names."""
     return paged_decode(seed, 2, [16, 11, 7], 4, offsets=[3, 8, 0])
+
+
+def paged_lengths(seed: int, lengths: Sequence[int], page_size: int, S: int = 16,
+                  K: Optional[int] = None, E: int = 16, **kw: Any) -> Problem:
+    """One row per sequence that sees its whole cache and nothing past its length: key
+    padding alone, no causal mask and no offset (the form of vLLM's ``paged_attention``,
+    which takes ``seq_lens`` and no causal flag: the row is the sequence's newest token).
+    ``decode_problem``'s cache (slots past a length garbage) paged (``paged``'s keywords):
+    the length is all that hides the tail of a sequence's last page."""
+    p = decode_problem(seed, 1, lengths, S=S, K=K, E=E)
+    p = dataclasses.replace(p, mask=Mask(valid_lens=p.mask.valid_lens))
+    return paged(p, seed, page_size, **kw)
+
+
+@case("length_ends_mid_page")
+def _length_ends_mid_page(seed):
+    """A decode step as vLLM's kernel takes it, by lengths alone (13, 6, 10 on pages of 4,
+    no causal mask): every sequence ends inside its last page, whose tail holds garbage that
+    only the length hides. A kernel that reads whole pages is far off."""
+    return paged_lengths(seed, [13, 6, 10], 4)
+
+
+@case("shared_block_tail")
+def _shared_block_tail(seed):
+    """By lengths alone (14, 6, 9 on pages of 4, no causal mask), with ``shared_prefix``'s
+    sharing: sequence 1 ends inside a block it shares with sequence 0, so the tail it must
+    not read holds sequence 0's real tokens (ordinary values, not garbage)."""
+    return paged_lengths(seed, [14, 6, 9], 4, shared=[(1, 0, 2), (2, 0, 1)])
+
+
+@case("wide_pages_mid_page")
+def _wide_pages_mid_page(seed):
+    """By lengths alone on pages of 16 and heads 16 wide (E = 64; lengths 40, 17, 3 in a
+    48-slot cache, two kv heads): the sizes GPU paged kernels are built for, each sequence
+    ending inside a page."""
+    return paged_lengths(seed, [40, 17, 3], 16, S=48, K=2, E=64)
 
 
 def _judge_unpaged(impl: Any, out: Any, p: Problem) -> Any:
