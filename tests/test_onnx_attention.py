@@ -251,3 +251,21 @@ def test_unavailable_without_the_runtime(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx.reference", None)
     with pytest.raises(Unavailable, match="needs onnx"):
         attention.RefAttention()
+
+
+def test_a_runtime_without_opset_24_makes_its_names_unavailable_in_one_line(monkeypatch):
+    """onnxruntime 1.23 reads ONNX opsets up to 23 (measured): the opset-24 names are
+    unavailable with one line naming the opset and the release, the opset-23 name runs."""
+    import onnxruntime
+
+    from suite.plugins.interface import Unavailable
+
+    assert attention.ort_onnx_opset() >= 23  # read from the installed runtime's schemas
+    monkeypatch.setattr(attention, "ort_onnx_opset", lambda: 23)
+    for cls in (attention.OrtAttention, attention.OrtAttentionMask, attention.OrtAttention4d):
+        with pytest.raises(Unavailable) as info:
+            cls()
+        assert str(info.value) == (f"{cls.name} builds an ONNX opset 24 graph; onnxruntime "
+                                   f"{onnxruntime.__version__} reads ONNX opsets up to 23")
+    out = run_catalog_case(attention.OrtAttention23(), "masking", "causal", "float32")
+    assert out.outcome == "pass", out.reason

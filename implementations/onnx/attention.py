@@ -29,6 +29,7 @@ differs from the problem's, a deviation (with the spec's words) or a known failu
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -45,6 +46,7 @@ from implementations.onnx.common import (
     pose_mask,
 )
 from suite.plugins import cache, probes
+from suite.plugins.conditions import Where
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Implementation, Result, Unavailable, Unsupported
 from suite.spec.problem import Problem, Weights
@@ -72,6 +74,20 @@ def nan_padding(runtime: str) -> Deviation:
                      "biases\" and the bias is added to Q*K^T (NaN + -inf is NaN), and 0 * NaN "
                      "is NaN in softmax @ V (measured: masking/nan_padding, special_values "
                      "*_causal, lanes/nan_padding_S*)")
+
+
+@functools.cache
+def ort_onnx_opset() -> Optional[int]:
+    """The newest ONNX-domain opset the installed onnxruntime reads: the newest version of
+    any ONNX-domain op in its own registry of operator schemas (a model importing a newer
+    opset is refused at session start), read once per process; None where the runtime does
+    not list its schemas."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    get = getattr(state, "get_all_operator_schema", None)
+    if get is None:  # pragma: no cover - every release in range lists them
+        return None
+    return max(s.since_version for s in get() if s.domain in ("", "ai.onnx"))
 
 
 class OnnxAttentionCore(Implementation):
@@ -238,6 +254,10 @@ class OrtAttention(OnnxAttentionCore):
         except ImportError as exc:
             raise Unavailable(f"{self.name} needs onnx and onnxruntime ({exc})") from None
         self._ort = onnxruntime
+        newest = ort_onnx_opset()
+        if newest is not None and newest < self.opset:
+            raise Unavailable(f"{self.name} builds an ONNX opset {self.opset} graph; onnxruntime "
+                              f"{onnxruntime.__version__} reads ONNX opsets up to {newest}")
 
     def devices(self) -> List[str]:
         out = ["cpu"]
@@ -289,9 +309,11 @@ class OrtAttention23(OrtAttention):
     opset = 23
     features = FEATURES_23
     mask_forms = FORMS_23
+    # onnxruntime reads opset-24 graphs from 1.24 on (noxfile's compat matrix; 1.23.0 reads
+    # opsets up to 23, measured): before it the other side is unavailable
     contracts = (Contract("agrees_with_opset24", "agrees", "onnxruntime.attention",
                           "opset 23's kernel computes what opset 24's does on every problem "
-                          "both pose"),)
+                          "both pose", where=Where(versions={"onnxruntime": ">=1.24"})),)
 
 
 class OrtAttention4d(OrtAttention):
@@ -336,6 +358,10 @@ class RefAttention(OnnxAttentionCore):
         except ImportError as exc:
             raise Unavailable(f"{self.name} needs onnx ({exc})") from None
         self._reference = onnx.reference
+        newest = onnx.defs.onnx_opset_version()
+        if newest < self.opset:
+            raise Unavailable(f"{self.name} builds an ONNX opset {self.opset} graph; onnx "
+                              f"{onnx.__version__} knows ONNX opsets up to {newest}")
 
     def session(self, model: Any, device: str) -> Any:
         return self._reference.ReferenceEvaluator(model)
