@@ -186,3 +186,69 @@ def test_unavailable_without_onnxruntime(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(Unavailable, match="onnxruntime"):
         GQA()
+
+
+# ----------------------------------------------- what an older release's op schema takes
+
+class Gqa123(GQA):
+    """GroupQueryAttention as onnxruntime 1.23's schema has it (measured): no ``causal``
+    attribute (the op is always causal) and 12 inputs (no query_seqlens)."""
+
+    name = "test.gqa_schema_1_23"
+
+    def schema(self):
+        now = contrib.op_schema("GroupQueryAttention")
+        attributes = None if now.attributes is None else now.attributes - {"causal"}
+        return contrib.OpSchema("1.23.0", attributes or frozenset({"num_heads"}), 12)
+
+
+def test_the_schema_is_read_from_the_runtime():
+    gqa = contrib.op_schema("GroupQueryAttention")
+    assert gqa is not None and gqa.takes("num_heads") and gqa.takes("kv_num_heads")
+    assert gqa.inputs >= 12  # query .. head_sink on every release in range
+    assert contrib.op_schema("NoSuchAttention") is None
+
+
+def test_an_op_without_causal_is_posed_causal_or_refused():
+    """Where the schema has no ``causal`` attribute, a problem whose rows see keys after
+    their position is unsupported with the reason, the node never carries ``causal``, and
+    causal problems (and a decode row, which sees every key anyway) still run and pass."""
+    impl = Gqa123()
+    for case in ["masking/valid_lens", "masking/none", "shapes/self_attention"]:
+        out = _case(impl, case)
+        assert out.outcome == "unsupported", (case, out.outcome, out.reason)
+        assert "1.23.0's GroupQueryAttention has no causal attribute" in out.reason, out.reason
+    for case in ["masking/causal", "decode/one_row", "decode/static_cache", "decode/gqa",
+                 "variants/softcap_self_causal_padding"]:
+        out = _case(impl, case)
+        assert out.outcome in OK, (case, out.outcome, out.reason)
+    from suite.conformance import catalog
+
+    p = catalog.get("masking", "none").problem()
+    assert "causal" not in impl.attributes(p, False, -1)
+    if GQA().schema().takes("causal"):  # the installed release's: causal=0 where not causal
+        assert GQA().attributes(p, False, -1)["causal"] == 0
+
+
+def test_an_op_without_query_seqlens_runs_items_alone_or_refuses():
+    """Without query_seqlens (12 inputs), several causal rows continuing the caches of a
+    batch run one item at a time (each its own batch of one) and pass; generation chunks of
+    several rows for a batch are unsupported, the reason naming the input."""
+    impl = Gqa123()
+    for case in ["decode/few_rows", "decode/prefill_chunk"]:
+        out = _case(impl, case)
+        assert out.outcome in OK, (case, out.outcome, out.reason)
+    out = _case(impl, "generation/chunked_prefill")
+    assert out.outcome == "unsupported", (out.outcome, out.reason)
+    assert "no query_seqlens input (12 inputs)" in out.reason, out.reason
+    from suite.conformance import catalog
+
+    p = catalog.get("decode", "few_rows").problem()
+    assert p.B > 1 and p.L > 1 and p.mask.causal
+
+    def inputs(impl):
+        return [x.name for x in impl.prepare(p, "cpu", "float32")["session"].get_inputs()]
+
+    assert "query_seqlens" not in inputs(impl)
+    if GQA().schema().inputs > contrib.QUERY_SEQLENS:  # the installed release's: one call
+        assert "query_seqlens" in inputs(GQA())

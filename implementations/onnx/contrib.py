@@ -38,11 +38,19 @@ the op's own inputs and never repaired afterwards:
   embedding, quantized caches and the windowed ``sliding_window_cache`` are left off.
 - ``onnxruntime.gqa[bias]``: ``causal=0``, every key read, and the whole mask in
   ``attention_bias``; it must agree with ``onnxruntime.gqa``.
+
+What a graph uses is read from the installed release's own schema of the op (``op_schema``,
+once per process), never assumed from the newest: where GroupQueryAttention has no ``causal``
+attribute (onnxruntime 1.23: the op is always causal) a problem whose rows see keys after
+their position is unsupported with that reason, and where it has no ``query_seqlens`` input
+(12 inputs on 1.23) causal rows continuing several items' caches run one item at a time and
+generation chunks of several rows for a batch are unsupported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -149,6 +157,37 @@ def _run(session: Any, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
 
 # -------------------------------------------------------------------------- shared core
 
+@dataclasses.dataclass(frozen=True)
+class OpSchema:
+    """What the installed onnxruntime's schema of a contrib op takes: its attributes' names
+    and its number of inputs (the schema's max_input). ``release``: onnxruntime's version,
+    for the reasons a plugin gives where an older schema cannot pose a problem."""
+
+    release: str
+    attributes: Optional[frozenset]  # None: not known (taken to be every one)
+    inputs: int
+
+    def takes(self, attribute: str) -> bool:
+        return self.attributes is None or attribute in self.attributes
+
+
+@functools.cache
+def op_schema(op: str) -> Optional[OpSchema]:
+    """The installed onnxruntime's schema of ``com.microsoft`` ``op`` (None: it has no such
+    op). Read once per process from the runtime's own registry of operator schemas; a
+    runtime that does not list its schemas is taken to have the newest (no way to tell)."""
+    _, ort = _import_runtime()
+    state = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
+    get = getattr(state, "get_all_operator_schema", None)
+    if get is None:  # pragma: no cover - every release in range lists them
+        return OpSchema(ort.__version__, None, 1 << 30)
+    found = [s for s in get() if s.domain == DOMAIN and s.name == op]
+    if not found:
+        return None
+    s = max(found, key=lambda s: s.since_version)
+    return OpSchema(ort.__version__, frozenset(s.attributes), int(s.max_input))
+
+
 class _ContribCore(Implementation):
     framework = "onnxruntime"
     memory_model = "quadratic"
@@ -156,11 +195,12 @@ class _ContribCore(Implementation):
 
     def __init__(self) -> None:
         _, ort = _import_runtime()
-        schemas = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
-        get = getattr(schemas, "get_all_operator_schema", None)
-        if get is not None and not any(s.domain == DOMAIN and s.name == self.op
-                                       for s in get()):
+        if self.schema() is None:
             raise Unavailable(f"onnxruntime {ort.__version__} has no {DOMAIN} {self.op} op")
+
+    def schema(self) -> Optional[OpSchema]:
+        """The installed release's schema of ``op`` (``op_schema``): what a graph may use."""
+        return op_schema(self.op)
 
     def framework_version(self) -> str:
         return _ort_version()
@@ -493,8 +533,9 @@ class OrtGroupQueryAttention(_ContribCore):
             ins[3], ins[4] = pk, pv
             feeds["key_past"] = _cast(p.key[:, :P], t)
             feeds["value_past"] = _cast(p.value[:, :P], t)
-        per_item = past and L > 1 and B > 1 and not pose.causal
-        if past and L > 1 and B > 1 and pose.causal:  # rows continuing several caches
+        several = past and L > 1 and B > 1  # rows continuing the caches of several items
+        per_item = several and not (pose.causal and self._query_seqlens())
+        if several and not per_item:
             ins += [""] * (QUERY_SEQLENS - len(ins)) + [g.input("query_seqlens", 1, True)]
             feeds["query_seqlens"] = np.full(B, L, np.int32)
         self._extras(g, p, pose.bias, ins, feeds, t)
@@ -503,8 +544,9 @@ class OrtGroupQueryAttention(_ContribCore):
         session = g.session()
         if not per_item:
             return {"compute": lambda: _run(session, feeds)[0], "session": session}
-        # query_seqlens needs causal=1, and without it the op takes several rows beside a
-        # past for one batch item only: one run per item, as its own batch of one
+        # query_seqlens needs causal=1 (and a release whose op has it), and without it the
+        # op takes several rows beside a past for one batch item only: one run per item, as
+        # its own batch of one
         items = []
         for b in range(B):
             n = int(pose.total[b])
@@ -554,8 +596,15 @@ class OrtGroupQueryAttention(_ContribCore):
         j = np.arange(S)
         pos = off[:, None] + np.arange(L)[None, :]  # (B, L)
         reads = j[None, None, :] < total[:, None, None]  # (B, L, S)
-        if causal:
-            reads = reads & (j[None, None, :] <= pos[:, :, None])
+        frontier = j[None, None, :] <= pos[:, :, None]
+        if not causal and not self.schema().takes("causal"):
+            if (want & ~frontier[:, None]).any():
+                raise Unsupported(self._always_causal())
+            causal_op = True  # the op's own causal frontier, which the mask keeps within
+        else:
+            causal_op = causal
+        if causal_op:
+            reads = reads & frontier
         reads = reads[:, None]  # (B, 1, L, S)
         if (want & ~reads).any():
             raise Unsupported("the mask lets a row see a key GroupQueryAttention does not read "
@@ -633,13 +682,23 @@ class OrtGroupQueryAttention(_ContribCore):
         attrs: Dict[str, Any] = {"num_heads": p.H, "kv_num_heads": p.K}
         if p.scale is not None or self._width(p.D) != p.D:
             attrs["scale"] = float(p.effective_scale)
-        if not causal:
+        if not causal and self.schema().takes("causal"):
             attrs["causal"] = 0
         if window >= 0:
             attrs["local_window_size"] = self.local_window(window)
         if p.softcap is not None:
             attrs["softcap"] = float(p.softcap)
         return attrs
+
+    def _query_seqlens(self) -> bool:
+        """Whether this release's op has the query_seqlens input (its 17th)."""
+        return self.schema().inputs > QUERY_SEQLENS
+
+    def _always_causal(self) -> str:
+        """Why a non-causal problem cannot be posed where the op has no causal attribute."""
+        return (f"onnxruntime {self.schema().release}'s GroupQueryAttention has no causal "
+                f"attribute (always causal): the mask lets a query row see keys after its "
+                f"position, which the op cannot read")
 
     def seqlens_k(self, total: np.ndarray) -> np.ndarray:
         """seqlens_k of each batch item's total length: total - 1 (the op's definition)."""
@@ -684,6 +743,11 @@ class OrtGroupQueryAttention(_ContribCore):
         feeds: Dict[str, np.ndarray] = {}
         self._extras(g, p, None, ins, feeds, t)
         if B > 1 and any(n > 1 for n in p.steps[1:]):
+            if not self._query_seqlens():
+                raise Unsupported(f"onnxruntime {self.schema().release}'s GroupQueryAttention "
+                                  f"has no query_seqlens input ({self.schema().inputs} inputs):"
+                                  f" a chunk of several rows continuing the caches of a batch "
+                                  f"of {B} has no input of its own there")
             ins += [""] * (QUERY_SEQLENS - len(ins)) + [g.input("query_seqlens", 1, True)]
         out, pk, pv = g.node(self.op, ins, n_out=3, domain=DOMAIN, **attrs)
         g.output(self._out(g, out, p))
