@@ -63,3 +63,17 @@ class DecodesAtFirstOffset(_MovesRows):
 
     def offsets(self, offset, L, S):
         return np.full_like(offset, offset[0])
+
+
+class DecodesIgnoringLengths(NumpyMHA):
+    """The per-batch cache lengths dropped at an offset: each row sees every slot up to its
+    own position (a kernel that derives the filled slots from the offset, ``offset + 1``,
+    as flash-decoding's ``cache_seqlens`` would be if computed from the positions)."""
+
+    name = "bug.decode_ignores_lengths"
+
+    def attention_mask(self, problem, dtype):
+        if problem.mask.query_offset is not None:
+            problem = dataclasses.replace(problem, mask=dataclasses.replace(
+                problem.mask, valid_lens=None))
+        return super().attention_mask(problem, dtype)

@@ -9,7 +9,9 @@ case as the attention of those rows over the keys they may see; the slots past a
 length hold what a static cache leaves there (here: large finite values), which must not
 reach any row. Cases: one row per batch (a decode step), a few rows (speculative or chunked
 decoding), a static cache longer than every sequence, the offsets alone (a cache holding
-later tokens: only causality at the offset hides them), a sliding window whose boundary
+later tokens: only causality at the offset hides them), rows past their cache's length
+(only the lengths hide its unfilled slots: in every other case with lengths the rows end at
+the cache's last filled slot, where causality hides them too), a sliding window whose boundary
 falls inside the cache, GQA and MQA caches, and a chunk of prefill at an offset.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
@@ -118,6 +120,16 @@ def _gqa(seed):
 def _mqa(seed):
     """One key/value head for four query heads, two rows (lengths 12, 16, 3)."""
     return decode_problem(seed, 2, [12, 16, 3], K=1)
+
+
+@case("rows_past_length")
+def _rows_past_length(seed):
+    """One row per batch at positions 12, 9 and 5, against caches filled only to 8, 4 and 5
+    slots (cascade or prefix-cache inference: the row attends a cached prefix that ends
+    before it; its own key comes in another pass): causality at the offset hides nothing of
+    the garbage between a cache's length and the row, only the lengths do. A kernel that
+    derives the filled slots from the offset (``offset + 1``) reads it."""
+    return decode_problem(seed, 1, [8, 4, 5], offsets=[12, 9, 5])
 
 
 @case("prefill_chunk")
