@@ -108,3 +108,18 @@ def test_a_module_wrapper_declaring_layouts_is_unsupported_not_passed():
     # (expanded: one kv head, which torch.nn does not declare: "needs gqa" before the layout)
     assert all("module wrapper" in o.reason for n, o in outcomes.items()
                if n not in passed and not n.startswith("expanded"))
+
+
+def test_a_plugin_that_declares_layouts_and_ignores_the_request_fails():
+    """A kernel core whose plugin drops the requested layout (its kernel gets the core's own
+    views, the same values) passed all 18 cases: the judge now reads the strides its
+    ``attend`` receives. Its own views are the transposed layout, which it does receive."""
+    sys.path.insert(0, str(PLUGINS))
+    from stride_blind import IgnoresLayout
+
+    outcomes = {c.name: _run(IgnoresLayout(), c.name) for c in catalog.of_family("layouts")}
+    passed = {n for n, o in outcomes.items() if o.outcome == "pass"}
+    assert passed == {f"{layout}{kind}" for layout in ("contiguous", "transposed")
+                      for kind in ("", "+bias", "+causal")}, passed
+    assert all(o.outcome == "fail" and "its kernel received" in o.reason
+               for n, o in outcomes.items() if n not in passed)

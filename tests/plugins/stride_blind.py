@@ -3,10 +3,13 @@ contiguous (a C or Triton kernel that ignores the strides it is handed): torch.e
 on contiguous inputs, garbage on transposed views, strided last axes, slices and stride-0
 broadcasts. It declares every layout, so the layouts family runs it on each."""
 
+import dataclasses
+
 import torch
 
 from implementations.torch.common import ALL_LAYOUTS
 from implementations.torch.eager import TorchEager
+from suite.spec.problem import Problem
 
 
 def _as_contiguous_memory(x: torch.Tensor) -> torch.Tensor:
@@ -43,3 +46,17 @@ class ContiguousOnly(TorchEager):
 
     name = "contiguous_only"
     layouts = frozenset({"contiguous"})
+
+
+
+class IgnoresLayout(TorchEager):
+    """Declares every layout and never reads the request: its ``prepare`` drops the layout
+    the case asks for, so its kernel gets the core's own views. The values are the same in
+    every layout, so only the strides the kernel receives tell."""
+
+    name = "bug.ignores_layout"
+    layouts = ALL_LAYOUTS
+
+    def prepare(self, problem, device, dtype, **kw):
+        plain = Problem(**{f.name: getattr(problem, f.name) for f in dataclasses.fields(Problem)})
+        return super().prepare(plain, device, dtype, **kw)

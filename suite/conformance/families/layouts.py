@@ -52,10 +52,60 @@ def _layout_problem(layout: str, kind: str):
     return build
 
 
+def _shows(layout: str, x) -> bool:
+    """Whether tensor ``x`` (per-head q, k or v, (B, H|K, L, D), as ``attend`` got it; any
+    array with torch's ``stride``/``storage_offset``) is in ``layout``'s memory layout."""
+    if layout == "transposed":  # a view of (B, L, H, D): heads closer than rows
+        return x.stride(-1) == 1 and x.stride(1) < x.stride(2)
+    if layout == "last_strided":
+        return x.stride(-1) != 1
+    if layout == "channels_last":  # (L*D*H, 1, D*H, H): the heads axis innermost
+        return x.stride(1) == 1 and x.shape[1] > 1
+    if layout == "sliced":  # a slice of a larger buffer
+        return x.storage_offset() > 0
+    return True
+
+
+def _spied(impl: Implementation, layout: str, out: Outcome, p: Problem) -> Outcome:
+    """``run_problem`` with ``impl.attend`` (a kernel core's: ``TorchCore.attend(q, k, v,
+    mask, scale, need_weights)``) watched: a pass where the kernel never received the
+    layout (the plugin declares it and hands its own) is a failure. The values are the
+    same in every layout, so without this a plugin that ignores the request passes."""
+    seen: list = []
+    attend = impl.attend
+
+    def spy(q, k, v, mask, *rest, **kw):
+        seen.append((q, k, v, getattr(mask, "bias", None)))
+        return attend(q, k, v, mask, *rest, **kw)
+
+    impl.attend = spy
+    try:
+        out = run_problem(impl, out, p)
+    finally:
+        del impl.attend
+    if out.outcome != "pass" or not seen or layout == "contiguous":
+        return out
+    q, k, v, bias = seen[0]
+    if layout == "expanded":  # one kv head over H query heads, stride 0 (or kept as 1 head)
+        wrong = [n for n, x in (("k", k), ("v", v)) if x.shape[1] != 1 and x.stride(1) != 0]
+        if bias is not None and bias.shape[1] == p.H and bias.stride(1) != 0:
+            wrong.append("the mask")
+    else:
+        wrong = [n for n, x in (("q", q), ("k", k), ("v", v)) if not _shows(layout, x)]
+    if not wrong:
+        return out
+    return out.classify("fail", f"declares layout {layout} but its kernel received "
+                                f"{', '.join(wrong)} in another (strides "
+                                f"{tuple(seen[0][0].stride())} for q): the values are the same "
+                                f"in every layout, the strides it was to be handed are not")
+
+
 def _layout_judge(layout: str) -> Judge:
     def judge(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
         if layout not in declared(impl, "layouts"):
             return out.classify("unsupported", f"does not declare layout {layout}")
+        if callable(getattr(impl, "attend", None)) and "attend" not in vars(impl):
+            return _spied(impl, layout, out, p)
         return run_problem(impl, out, p)
     return judge
 
