@@ -270,3 +270,31 @@ def test_a_record_covers_an_error_only_where_its_raises_matches(tmp_path, raises
         assert done.returncode == 1 and "does not cover it" in rec["reason"], done.stdout[-2000:]
     else:
         assert done.returncode == 0 and rec["reason"].startswith("a planted bug"), done.stdout
+
+
+def test_two_records_of_one_case_for_two_errors_each_cover_their_own(tmp_path):
+    """A case listed by two records (one library error each, as hf.model.gemma2[flex]'s
+    contract has a CppCompileError record and a soft-cap recompile one): the error is covered
+    by the record whose raises matches it, not reported as uncovered by the first listed."""
+    import json
+
+    from tests.conftest import run_cli
+
+    (tmp_path / "plugin.py").write_text(RAISES_PLUGIN)
+    one = GOOD.replace('"mine.kernel[fast]"', '"bug.raises_*"').replace(
+        'dtype = ["float16", "bfloat16"]', 'dtype = "float32"').replace(
+        'cases = ["masking/fully_masked_*", "test_random_shapes"]', 'cases = "masking/causal"'
+    ).replace('condition = "torch>=2.4,<2.5; isa=avx2"\n', "") + "raises = 'CppCompileError'\n"
+    two = one.replace('"bug.raises_*"', '"bug.raises_on_causal"').replace(
+        'name = "planted"', 'name = "planted-too"').replace(
+        '"a planted bug"', '"the second record"').replace("CppCompileError", "old release")
+    known = _write(tmp_path, one + two)
+    done = run_cli("check", "--plugin", str(tmp_path / "plugin.py"), "--impl",
+                   "bug.raises_on_causal", "--dtype", "float32", "-k", "masking/causal]",
+                   "--workers", "0", "--known-failures", str(known),
+                   "--json", str(tmp_path / "c.json"))
+    (rec,) = [r for r in json.loads((tmp_path / "c.json").read_text())["results"]
+              if r["case"] == "causal"]
+    assert rec["outcome"] == "known_failure", rec["reason"]
+    assert rec["reason"].startswith("the second record"), rec["reason"]
+    assert done.returncode == 0, done.stdout[-2000:]

@@ -197,25 +197,35 @@ class ConformanceSession:
         return self._targets
 
     def known_failure(self, name: str, device: Optional[str] = None,
-                      isa: Optional[str] = None, impl: object = None
-                      ) -> Optional[Tuple[str, str]]:
+                      isa: Optional[str] = None, impl: object = None,
+                      ended: Optional[Tuple[str, str]] = None) -> Optional[Tuple[str, str]]:
         """(pattern, reason) of the first known-failure entry matching test ``name`` whose
         condition holds here (on ``device`` at level ``isa``); an entry with a condition
         never matches where the environment is not known (``device`` None). A subclass of
         a built-in (``impl``) inherits the built-in's entries, as it inherits its declared
-        deviations: its test id with the built-in's name in place of its own matches too."""
+        deviations: its test id with the built-in's name in place of its own matches too.
+        ``ended``: the case's (outcome, reason): the first matching entry that covers it
+        (``KnownEntry.absorbs``: a record listing the error it raised), else the first
+        matching, so two records of one test for two errors each cover their own."""
         names = [(name, "")] + [
             (name.replace(f"[{own}-", f"[{base}-", 1), f"inherited from {base}: ")
             for own in [getattr(impl, "name", None)] if own and f"[{own}-" in name
             for base in builtin_ancestors(impl)]
+        found = []
         for pattern, reason in self.known.items():
             for test, inherited in names:
                 if fnmatch.fnmatchcase(test, pattern):
                     where = self.conditions.get(pattern)
                     if where is None or where.everywhere() or (
                             device is not None and where.holds(device, isa)):
-                        return pattern, inherited + reason
-        return None
+                        found.append((pattern, inherited + reason))
+                        break
+        if ended is not None:
+            for pattern, reason in found:
+                entry = self.entries.get(pattern)
+                if entry is not None and entry.absorbs(*ended):
+                    return pattern, reason
+        return found[0] if found else None
 
     # -- hooks ---------------------------------------------------------------------------
 

@@ -162,7 +162,8 @@ def _record(request: pytest.FixtureRequest, outcome: Outcome) -> None:
                                          outcome.device)
     session = ConformanceSession.of(request.config)
     known = session.known_failure(request.node.name, outcome.device, outcome.isa,
-                                  impl=_impl_of(request))
+                                  impl=_impl_of(request),
+                                  ended=(outcome.outcome, outcome.reason or ""))
     pattern = None
     if known:
         pattern, known = known
