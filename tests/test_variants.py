@@ -401,6 +401,55 @@ def test_the_other_builtins_declare_no_variant():
         assert out.outcome == "pass", (name, out.reason)
 
 
+
+# --- self-attention forms (#52 item 3) ---------------------------------------------------------
+class SelfNumpy(NumpyMHA):
+    """The reference as a self-attention layer: one input for query, key and value."""
+
+    name = "test.self_numpy"
+    kv_source = "self"
+
+
+class SelfDropsCap(planted.DropsCap):
+    name = "bug.self_drops_cap"
+    kv_source = "self"
+
+
+# The cross-attention cases with a square self-attention form, and the variant each carries.
+SQUARE = {"combined": "softcap", "softcap_valid_lens": "softcap",
+          "softcap_causal_bottom_right_long_query": "softcap", "value_width_narrow": "value_width"}
+
+
+@pytest.mark.parametrize("name", sorted(SQUARE))
+def test_a_cross_attention_variant_case_has_a_self_attention_form(name):
+    """A self-attention layer (kv_source="self") is given the case's square form (one input,
+    Lq = Lk, the variant kept) where it used to be unsupported for Lq != Lk; a plugin with
+    separate inputs keeps the case's own problem (its id and known-failure records hold)."""
+    case = catalog.get("variants", name)
+    own, square = case.problem_for(NumpyMHA()), case.problem_for(SelfNumpy())
+    assert own.L != own.S and own.query is not own.key
+    assert square.query is square.key is square.value and square.L == square.S
+    assert SQUARE[name] in square.features() and "cross" not in square.features()
+    assert square.features() - {"cross", "causal_bottom_right"} >= \
+        own.features() - {"cross", "causal_bottom_right"}
+    out = _run(SelfNumpy(), name)
+    assert out.outcome == "pass", out.reason
+
+
+def test_a_self_attention_layer_meets_a_cap_in_five_of_six_cases_and_a_dropped_cap_fails_them():
+    """Every soft-capping case but the infinite score (whose inf, in the one input, is in a
+    key and a value too) now runs on a self-attention layer: a layer that drops its cap fails
+    each, beside key padding, rows with no key (softcap_causal_bottom_right_long_query's
+    batch 1) and no causal mask (softcap_valid_lens); the reference passes each."""
+    caps = sorted(CAP)
+    ran = {n: _run(SelfDropsCap(), n) for n in caps}
+    assert ran["softcap_inf_score"].outcome == "unsupported", ran["softcap_inf_score"].reason
+    for n in set(caps) - {"softcap_inf_score"}:
+        assert ran[n].outcome == "fail", (n, ran[n].outcome, ran[n].reason)
+        assert _run(SelfNumpy(), n).outcome == "pass", n
+    p = catalog.get("variants", "softcap_causal_bottom_right_long_query").problem_for(SelfNumpy())
+    assert np.asarray(p.mask.valid_lens).min() == 0  # rows with no key, as the cross form has
+
 # --- gradients, grouping, replay --------------------------------------------------------------
 def test_the_gradient_oracle_carries_cap_alibi_sinks_table_and_value_width():
     """Against central differences of the float64 forward, on every input and weight."""

@@ -29,6 +29,11 @@ from suite.spec.variants import SCORE_MODS, Alibi, RelBias, alibi_slopes
 FAMILY = "variants"
 # B, Lq, Lk, E, H as the masking family: D = 4; Lq < Lk (cross-attention) unless said.
 VB, VL, VS, VE, VH = 3, 11, 13, 16, 4
+# A cross-attention case with ``square=n`` has a self-attention form (Lq = Lk = n, one input
+# for query, key and value, a bottom-right mask top-left: the same mask when square), the
+# problem a self-attention layer (``kv_source="self"``) is given, as the dropout family's
+# cases have: a soft-capping or latent-attention layer meets a cap and a value width beside
+# key padding and rows with no key, not only the decoder forms below.
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
 
 
@@ -39,8 +44,15 @@ def _rng(seed: int) -> np.random.Generator:
 
 
 def _problem(seed: int, L: int = VL, S: int = VS, E: int = VE, H: int = VH,
-             K: Optional[int] = None, **kw) -> Problem:
-    return make_problem(seed, VB, L, S, E, H, K, **kw)
+             K: Optional[int] = None, square: Optional[int] = None, **kw) -> Problem:
+    """The case's problem; ``square=n``: its self-attention form, Lq = Lk = n, one input,
+    its mask top-left (with Lq = Lk both alignments are one mask)."""
+    if square is None:
+        return make_problem(seed, VB, L, S, E, H, K, **kw)
+    mask = kw.pop("mask", None)
+    if mask is not None and mask.causal_align == "bottom_right":
+        mask = dataclasses.replace(mask, causal_align="top_left")
+    return make_problem(seed, VB, square, square, E, H, K, self_attention=True, mask=mask, **kw)
 
 
 def _table(seed: int, H: int, n: int) -> np.ndarray:
@@ -54,33 +66,43 @@ def _sinks(seed: int, H: int) -> np.ndarray:
 
 
 # --- all at once ------------------------------------------------------------------------------
-@case("combined")
-def _combined(seed):
+@case("combined", square=13)
+def _combined(seed, square=None):
     """Every variant but score_mod at once: cap 5, ALiBi (distance, bottom-right), a T5
     table (16 buckets, max_distance 10), sinks, value heads of width 8 (D = 4), GQA (K = 2),
-    key padding (13, 0, 9: batch 1 sees no key) and bottom-right causal (Lq = 11 < Lk = 13)."""
+    key padding (13, 0, 9: batch 1 sees no key) and bottom-right causal (Lq = 11 < Lk = 13).
+    Self-attention form: Lq = Lk = 13, the positions top-left aligned."""
+    align = "bottom_right" if square is None else "top_left"
     p = _problem(seed, K=2, value_head_dim=8, mask=Mask(
         valid_lens=np.array([13, 0, 9]), causal=True, causal_align="bottom_right"),
-        input_scale=2.0)
+        input_scale=2.0, square=square)
     return dataclasses.replace(
-        p, softcap=5.0, alibi=Alibi(alibi_slopes(VH), "distance", "bottom_right"),
-        rel_bias=RelBias(_table(seed, VH, 16), "t5", True, 10, "bottom_right"),
+        p, softcap=5.0, alibi=Alibi(alibi_slopes(VH), "distance", align),
+        rel_bias=RelBias(_table(seed, VH, 16), "t5", True, 10, align),
         sinks=_sinks(seed, VH))
 
 
 # --- soft-capping -----------------------------------------------------------------------------
-@case("softcap_valid_lens")
-def _softcap_valid_lens(seed):
-    """Cap 4 on logits up to ~10 (inputs x3), key padding (13, 5, 1): tanh's bend is in play."""
-    p = _problem(seed, mask=Mask(valid_lens=np.array([13, 5, 1])), input_scale=3.0)
+@case("softcap_valid_lens", square=13)
+def _softcap_valid_lens(seed, square=None):
+    """Cap 4 on logits up to ~10 (inputs x3), key padding (13, 5, 1): tanh's bend is in play.
+    Self-attention form: Lq = Lk = 13, not causal (an encoder's or a bidirectional layer's)."""
+    p = _problem(seed, mask=Mask(valid_lens=np.array([13, 5, 1])), input_scale=3.0,
+                 square=square)
     return dataclasses.replace(p, softcap=4.0)
 
 
-@case("softcap_causal_bottom_right_long_query")
-def _softcap_br(seed):
-    """Cap 3, bottom-right causal with Lq = 12 > Lk = 7: the first 5 rows see no key."""
-    p = _problem(seed, 12, 7, mask=Mask(causal=True, causal_align="bottom_right"),
-                 input_scale=2.0)
+@case("softcap_causal_bottom_right_long_query", square=12)
+def _softcap_br(seed, square=None):
+    """Cap 3, bottom-right causal with Lq = 12 > Lk = 7: the first 5 rows see no key.
+    Self-attention form: Lq = Lk = 12, causal, key padding (12, 0, 7): batch 1's rows see no
+    key (a zero head output), batch 2's rows past 7 only the first 7."""
+    if square is None:
+        p = _problem(seed, 12, 7, mask=Mask(causal=True, causal_align="bottom_right"),
+                     input_scale=2.0)
+    else:
+        p = _problem(seed, mask=Mask(valid_lens=np.array([12, 0, 7]), causal=True),
+                     input_scale=2.0, square=square)
     return dataclasses.replace(p, softcap=3.0)
 
 
@@ -96,7 +118,9 @@ def _softcap_large(seed):
 def _softcap_inf(seed):
     """+inf in query row (b=0, i=3) with one-wide heads (D = 1): that row's scores are +-inf,
     which the cap of 20 turns into +-20, so the row is finite (not NaN: tanh saturates;
-    a cap computed through exp gives inf / inf)."""
+    a cap computed through exp gives inf / inf). No self-attention form: with one input the
+    inf is in that position's key and value too, so every row that reads it is NaN by the
+    spec and no capped infinite score is left to judge."""
     p = make_problem(seed, 2, 7, 9, 4, 4)
     query = p.query.copy()
     query[0, 3, 1] = np.inf
@@ -271,8 +295,9 @@ def _value_wide(seed):
     return _problem(seed, VS, VS, K=2, value_head_dim=8, mask=Mask(causal=True))
 
 
-@case("value_width_narrow")
-def _value_narrow(seed):
+@case("value_width_narrow", square=13)
+def _value_narrow(seed, square=None):
     """Value heads of width 4 over query/key heads of width 8 (E = 32, H = 4), key padding
-    (13, 5, 1)."""
-    return _problem(seed, E=32, value_head_dim=4, mask=Mask(valid_lens=np.array([13, 5, 1])))
+    (13, 5, 1). Self-attention form: Lq = Lk = 13 (a latent-attention layer's)."""
+    return _problem(seed, E=32, value_head_dim=4, mask=Mask(valid_lens=np.array([13, 5, 1])),
+                    square=square)
