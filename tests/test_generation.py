@@ -158,3 +158,114 @@ def test_torch_references_generate_with_their_own_cache_and_a_planted_one_fails(
 
     out = _run(Twice(), "prefill_then_steps", "float32")
     assert out.outcome == "fail" and "first wrong at step 2 of 6" in out.reason, out.reason
+
+
+# --- a torch module with a cache of its own, on TorchModuleCore (#52 item 4) -------------------
+def _module_with_cache(bug: str = "", declare_cache: bool = True):
+    """A TorchModuleCore plugin of a small module that takes the cache its call hands it
+    (``mask.cache``, from ``new_cache``): growing, or static with ``cache_len`` slots written
+    at ``mask.positions``. ``bug``: ``typo`` (a growing cache that appends a chunk's keys
+    where its values go), ``one_late`` (a static cache written one slot late)."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from implementations.torch.common import TorchModuleCore
+
+    class Cache:
+        def __init__(self, slots):
+            self.slots, self.k, self.v = slots, None, None
+
+        def update(self, k, v, positions):  # (B, H, n, D) -> the keys and values held
+            if self.slots is None:  # growing
+                if self.k is None:
+                    self.k, self.v = k, v
+                else:
+                    self.k = torch.cat([self.k, k], dim=2)
+                    self.v = torch.cat([self.v, k if bug == "typo" else v], dim=2)
+            else:  # static: each chunk at its positions, the other slots zeros
+                if self.k is None:
+                    self.k = k.new_zeros(k.shape[:2] + (self.slots, k.shape[3]))
+                    self.v = v.new_zeros(v.shape[:2] + (self.slots, v.shape[3]))
+                at = positions + 1 if bug == "one_late" else positions
+                self.k[:, :, at], self.v[:, :, at] = k, v
+            return self.k, self.v
+
+    class CachedAttention(torch.nn.Module):
+        def __init__(self, E, H):
+            super().__init__()
+            self.H = H
+            for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                setattr(self, n, torch.nn.Linear(E, E))
+
+        def forward(self, x, mask, cache=None, positions=None):
+            B, L, E = x.shape
+
+            def heads(t):
+                return t.view(B, L, self.H, E // self.H).transpose(1, 2)
+
+            q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+            if cache is not None:
+                k, v = cache.update(k, v, positions)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.out_proj(out.transpose(1, 2).reshape(B, L, E)), None
+
+    class Cached(TorchModuleCore):
+        name = "test.module_cache"
+        kv_source = "self"
+        features = frozenset({"valid_lens", "causal", "bool_mask", "steps", "static_cache"})
+
+        def build(self, p):
+            return CachedAttention(p.E, p.H)
+
+        def call(self, module, query, key, value, mask, need_weights):
+            return module(query, mask.mask, cache=mask.cache, positions=mask.positions)
+
+    if declare_cache:
+        Cached.new_cache = lambda self, module, p: Cache(p.cache_len)
+    return Cached()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_plugin_generates_through_the_cache_its_call_hands_the_module(dtype):
+    """TorchModuleCore runs a generation problem chunk by chunk through ``call``, the cache
+    from ``new_cache`` in ``mask.cache``: every case passes but the grouped-query one (the
+    module has no kv heads of its own: unsupported)."""
+    impl = _module_with_cache()
+    for name in NAMES:
+        out = _run(impl, name, dtype)
+        want = "unsupported" if name == "gqa_cache" else "pass"
+        assert out.outcome == want, (name, out.outcome, out.reason)
+
+
+def test_a_module_plugin_with_a_wrong_cache_fails_at_its_first_wrong_step():
+    """Before TorchModuleCore ran the chunks, a module plugin declaring ``steps`` was called
+    once on the whole problem, its cache never used, and passed every generation case
+    whatever its cache did."""
+    out = _run(_module_with_cache("typo"), "prefill_then_steps", "float32")
+    assert out.outcome == "fail" and "first wrong at step 2 of 6" in out.reason, out.reason
+    assert _run(_module_with_cache("typo"), "static_cache", "float32").outcome == "pass"
+    out = _run(_module_with_cache("one_late"), "static_cache", "float32")
+    assert out.outcome == "fail" and "first wrong at the prefill" in out.reason, out.reason
+    assert _run(_module_with_cache("one_late"), "chunked_prefill", "float32").outcome == "pass"
+
+
+def test_each_chunk_mask_covers_the_cache_slots_and_hides_the_unwritten_ones():
+    torch = pytest.importorskip("torch")
+
+    impl = _module_with_cache()
+    p = catalog.get("generation", "static_cache").problem()  # steps (5, 1, 1, 1, 1), 16 slots
+    chunks = impl.chunk_masks(p, torch.device("cpu"), torch.float32)
+    assert [tuple(c.mask.shape[-2:]) for c in chunks] == [(5, 16)] + [(1, 16)] * 4
+    assert [c.positions.tolist() for c in chunks] == [[0, 1, 2, 3, 4], [5], [6], [7], [8]]
+    for c in chunks:
+        end = int(c.positions[-1]) + 1
+        assert not c.mask[..., end:].any() and c.key_padding is None and c.causal is None
+        assert c.mask[..., -1, :end].all()  # the chunk's last row sees every key before it
+    growing = impl.chunk_masks(catalog.get("generation", "chunked_prefill").problem(),
+                               torch.device("cpu"), torch.float32)
+    assert [tuple(c.mask.shape[-2:]) for c in growing] == [(5, 5), (4, 9), (3, 12), (2, 14)]
+
+
+def test_a_module_plugin_declaring_steps_without_new_cache_errors_naming_it():
+    out = _run(_module_with_cache(declare_cache=False), "prefill_then_steps", "float32")
+    assert out.outcome == "error" and "new_cache" in out.reason, out.reason

@@ -266,10 +266,13 @@ class HFModelCore(SeededDropout, TorchModuleCore):
             kwargs = {**kwargs, "position_embeddings": self.position_embeddings(query, p)}
         return args, kwargs
 
+    def call_in_steps(self, model, query, mask, p):
+        """A prefill and decode steps against the library's cache (``generate``): the model
+        builds each chunk's mask itself from its 2-D ``attention_mask``."""
+        return self.generate(model, query, mask["attention_mask"], p)
+
     def call(self, model, query, key, value, mask, need_weights):
         p = mask["problem"]
-        if p.steps is not None:  # a prefill and decode steps against the library's cache
-            return self.generate(model, query, mask["attention_mask"], p), None
         extra = {k: mask[k] for k in ("position_ids", "use_cache") if k in mask}
         return self.first_layer(model, query, p, need_weights,
                                 attention_mask=mask["attention_mask"], **extra)

@@ -326,6 +326,12 @@ class TensorMaskParts(adapters.MaskParts):
 
     device: Any = None
     dtype: Any = None
+    # A generation problem's chunk (``TorchModuleCore.call_in_steps``): the cache
+    # ``new_cache`` returned, which ``call`` hands the library (transformers' ``cache=``), and
+    # the chunk's absolute positions, long (n,) (transformers' ``cache_position``); None in
+    # every other call.
+    cache: Any = None
+    positions: Any = None
 
     def additive(self, fill: float = -math.inf, dtype: Any = None) -> Any:
         if not any(isinstance(a, torch.Tensor) for a in (self.mask, self.bias)):
@@ -359,6 +365,11 @@ class TorchModuleCore(TorchCore):
     a library with its own mask arguments overrides ``module_mask``. ``batch_first = False``
     gives ``call`` inputs (L, B, E) and takes its output in that layout; ``shares_input``
     says when query, key and value go in as one tensor (a module's self-attention path).
+
+    Generation (feature ``steps``, and ``static_cache``): ``new_cache(module, problem)``
+    returns the library's cache, and ``call`` runs once per chunk (``call_in_steps``), its
+    mask the chunk's rows over the cache's slots (``chunk_masks``) with ``mask.cache`` (to
+    hand the module) and ``mask.positions`` (the rows' absolute positions) set.
     """
 
     features = frozenset({"cross", "grad"})  # declare what the module really handles
@@ -586,9 +597,72 @@ class TorchModuleCore(TorchCore):
         return state
 
     def forward(self, state: Dict[str, Any]):
-        x = state["tensors"]
+        x, p = state["tensors"], state["p"]
+        if p.steps is not None:  # a generating module: chunk by chunk through its own cache
+            return self.call_in_steps(state["module"], x["query"], state["mask"], p), None
         return self.call(state["module"], x["query"], x["key"], x["value"], state["mask"],
                          state["need_weights"])
+
+    def new_cache(self, module: torch.nn.Module, problem: Problem) -> Any:
+        """The library's own cache for a generation problem (feature ``steps``): a growing
+        one, or a static one of ``problem.cache_len`` slots (feature ``static_cache``).
+        ``call`` finds it as ``mask.cache`` and hands it to the module."""
+        raise NotImplementedError(f"{type(self).__name__} declares 'steps' but writes no "
+                                  f"new_cache(module, problem): the cache its call hands the "
+                                  f"module as mask.cache")
+
+    def call_in_steps(self, module: torch.nn.Module, query: torch.Tensor, mask: Any,
+                      p: Problem) -> torch.Tensor:
+        """A generation problem (``p.steps``) as a generating model runs it: one cache from
+        ``new_cache``, then each chunk alone through ``call`` (query, key and value the
+        chunk's rows, no weights), its mask from ``chunk_masks`` with ``cache`` set: output
+        (B, L, E)."""
+        if not isinstance(mask, TensorMaskParts):
+            raise Unsupported(f"module_mask returns {type(mask).__name__}, not MaskParts: "
+                              f"override call_in_steps to run a generation problem")
+        if self.image_input or not self.batch_first:
+            raise Unsupported("generation takes batch-first (B, L, E) inputs")
+        cache, outs = self.new_cache(module, p), []
+        for parts in self.chunk_masks(p, mask.device, mask.dtype):
+            start = int(parts.positions[0])
+            rows = query[:, start:start + parts.shape[2]].contiguous()  # a tensor of its own
+            out, _ = self.call(module, rows, rows, rows, dataclasses.replace(parts, cache=cache),
+                               False)
+            outs.append(out)
+        return torch.cat(outs, dim=1)
+
+    def chunk_masks(self, p: Problem, device: torch.device, dtype: torch.dtype
+                    ) -> List[TensorMaskParts]:
+        """Each chunk's mask (``p.steps``): its rows over the cache after their keys went in,
+        ``end`` slots for a growing cache or ``p.cache_len`` for a static one (the slots not
+        yet written masked). Everything is in ``mask`` (and ``bias``), in ``mask_split_for``'s
+        convention and head layout: no key padding and no causal flag, since a chunk's rows
+        sit at an offset; ``positions`` are the rows' absolute positions, long (n,)."""
+        split = {**self.mask_split_for(p), "key_padding": False, "native_causal": ()}
+        whole = adapters.split_mask(p, **split)  # mask (B, H|1, L, S) or (B, L, S)
+        B, H, _, _ = whole.shape
+
+        def rows(a: Optional[np.ndarray], fill: Any, start: int, end: int,
+                 slots: int) -> Optional[torch.Tensor]:
+            """Rows start:end of ``a`` over ``slots`` keys: keys past ``end`` are ``fill``."""
+            if a is None:
+                return None
+            x = np.full(a.shape[:-2] + (end - start, slots), fill, dtype=a.dtype)
+            x[..., :end] = a[..., start:end, :end]
+            return torch.as_tensor(x, device=device, dtype=dtype if x.dtype.kind == "f" else None)
+
+        out, start = [], 0
+        for n in p.steps:
+            end = start + n
+            slots = end if p.cache_len is None else p.cache_len
+            out.append(TensorMaskParts(
+                key_padding=None, causal=None,
+                mask=rows(whole.mask, whole.true_means != "attend", start, end, slots),
+                bias=rows(whole.bias, 0.0, start, end, slots), true_means=whole.true_means,
+                per_head=whole.per_head, shape=(B, H, n, slots), heads=whole.heads,
+                device=device, dtype=dtype, positions=torch.arange(start, end, device=device)))
+            start = end
+        return out
 
     def run(self, state: Dict[str, Any]):
         if state["grad"]:
