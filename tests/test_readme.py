@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 # The pages of the manual that hold the recipes (docs/ is the mkdocs site).
 PAGES = {"Testing your own module": ("docs/own-module/torch.md", "docs/own-module/jax.md",
                                      "docs/own-module/hf-model.md", "docs/own-module/keras.md",
-                                     "docs/own-module/vision.md"),
+                                     "docs/own-module/vision.md", "docs/own-module/hf-layer.md"),
          "Testing your own GPU kernel without a GPU": ("docs/own-module/gpu-kernel.md",)}
 
 
@@ -288,6 +288,34 @@ def test_hf_model_pre_hook_example_passes_and_fails_without_its_hook(cli, tmp_pa
                "--workers", "0", "-k", "masking/none")
     assert proc.returncode == 1, proc.stdout[-3000:]
 
+
+def test_hf_layer_example_caps_on_eager_and_sdpa_needs_its_is_causal(cli, tmp_path):
+    """#52 item 1: Gemma2Attention on its own from hf-layer.md: the eager name meets the cap
+    (the variants' self-attention forms), the sdpa name agrees with it; the layer's config
+    without the cap fails the cap cases, and the sdpa call without is_causal=False gives a
+    causal answer to a problem with no mask."""
+    pytest.importorskip("transformers")
+    code = _block_with("Testing your own module", "Gemma2Attention")
+    records = _run_example(cli, tmp_path, code, 32, "mine.gemma2_attention*", "-k",
+                           "masking/none or softcap or agrees_with_eager")
+    outcome = {(r["impl"], r["family"], r["case"]): r["outcome"] for r in records}
+    eager, sdpa = "mine.gemma2_attention[eager]", "mine.gemma2_attention[sdpa]"
+    for case in ("softcap_valid_lens", "softcap_large_logits", "softcap_self_causal_padding"):
+        assert outcome[(eager, "variants", case)] == "pass", case
+    assert outcome[(eager, "variants", "softcap_causal_bottom_right_long_query")] == "deviation"
+    assert outcome[(sdpa, "variants", "softcap_valid_lens")] == "unsupported"
+    assert outcome[(sdpa, "contracts", "agrees_with_eager")] == "pass"
+    assert outcome[(eager, "masking", "none")] == outcome[(sdpa, "masking", "none")] == "pass"
+    for change, (old, new), impl, k in (
+            ("no cap", ("attn_logit_softcapping=p.softcap, ", ""), eager, "softcap_valid_lens"),
+            ("sdpa causal", (",\n                      is_causal=False)", ")"), sdpa, "masking/none")):
+        wrong = code.replace(old, new)
+        assert wrong != code, change
+        plugin = tmp_path / "wrong.py"
+        plugin.write_text(wrong)
+        proc = cli("check", "--plugin", str(plugin), "--impl", impl, "--dtype", "float32",
+                   "--workers", "0", "-k", k)
+        assert proc.returncode == 1, (change, proc.stdout[-3000:])
 
 def test_linen_dense_general_example_reads_its_weights_back_and_runs_the_cases(cli, tmp_path):
     """#42 item 5: a linen module with DenseGeneral kernels wraps from the manual alone
