@@ -317,6 +317,23 @@ def test_hf_layer_example_caps_on_eager_and_sdpa_needs_its_is_causal(cli, tmp_pa
                    "--workers", "0", "-k", k)
         assert proc.returncode == 1, (change, proc.stdout[-3000:])
 
+def test_hf_layer_generation_example_runs_the_layers_own_cache(cli, tmp_path):
+    """#52 item 4: hf-layer.md's LlamaAttention generates through transformers' DynamicCache
+    and StaticCache (new_cache, mask.cache): every generation case passes in float32; the
+    layer called without the cache does not."""
+    pytest.importorskip("transformers")
+    code = _block_with("Testing your own module", "def new_cache")
+    records = _run_example(cli, tmp_path, code, 24, "mine.llama_attention", "-k", "generation")
+    outcome = {r["case"]: r["outcome"] for r in records if r["family"] == "generation"}
+    assert len(outcome) == 7 and set(outcome.values()) == {"pass"}, outcome
+    wrong = code.replace("cache=mask.cache,", "cache=None,")
+    assert wrong != code
+    plugin = tmp_path / "no_cache.py"
+    plugin.write_text(wrong)
+    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.llama_attention", "--dtype",
+               "float32", "--workers", "0", "-k", "generation/prefill_then_steps")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+
 def test_linen_dense_general_example_reads_its_weights_back_and_runs_the_cases(cli, tmp_path):
     """#42 item 5: a linen module with DenseGeneral kernels wraps from the manual alone
     (einsum_params, EINSUM_LAYERS): the weights check reads them back and the masking,
