@@ -45,12 +45,47 @@ def test_the_references_pass(impl, case):
     ("OneMaskForAllHeads", ["masked"]),  # less spread (ratio about 0.8 there)
     ("OnTheOutput", ["gqa"]),  # whole head rows dropped (ratio about 0.77 there)
     ("DropsAtZero", ["p_zero_is_eval", *STATISTICAL]),
+    # #50 item 4: masks related across batch items, heads or calls, each with the right
+    # per-element mean and spread, fail only the joint statistics of independent_draws
+    ("OneMaskForTheBatch", ["independent_draws"]),
+    ("OneMaskForAllHeads", ["independent_draws"]),
+    ("RepeatsEvery", ["independent_draws"]),
+    ("RepeatsEvery50", ["independent_draws"]),
 ])
 def test_planted_dropout_bugs_fail(bug, cases):
     impl = getattr(planted("dropout_planted"), bug)()
     for case in cases:
         out = run_catalog_case(impl, "dropout", case, "float32")
         assert out.outcome == "fail", (bug, case, out.outcome)
+
+
+@pytest.mark.parametrize("bug, statistic", [
+    ("OneMaskForTheBatch", "batch"), ("OneMaskForAllHeads", "heads"),
+    ("RepeatsEvery50", "call+50")])
+def test_a_related_mask_fails_by_the_statistic_that_names_it(bug, statistic):
+    """Each planted relation passes the per-element mean and spread of the twinned problem
+    and fails its own correlation, which the verdict names with its value (a cycle of two
+    masks fails the mean already: test_planted_dropout_bugs_fail)."""
+    impl = getattr(planted("dropout_planted"), bug)()
+    out = run_catalog_case(impl, "dropout", "independent_draws", "float32")
+    assert out.outcome == "fail" and f"{statistic} 1" in out.reason, out.reason
+    assert "drew related masks" in out.reason, out.reason
+
+
+def test_twins_are_twins():
+    """The twinned problem's eval-mode output: item 1 equals item 0, head 1's block head
+    0's and head 3's head 2's, so any correlation of their draws comes from the masks."""
+    from suite.conformance.families.dropout import _independent_draws
+    from suite.spec import oracle
+
+    for square in (None, 8):
+        p = dataclasses.replace(_independent_draws(5, square=square), dropout=None)
+        out, _ = oracle.oracle(p)
+        V = p.E // p.H
+        np.testing.assert_array_equal(out[0], out[1])
+        np.testing.assert_array_equal(out[..., 0:V], out[..., V:2 * V])
+        np.testing.assert_array_equal(out[..., 2 * V:3 * V], out[..., 3 * V:4 * V])
+        assert not np.array_equal(out[..., 0:V], out[..., 2 * V:3 * V])
 
 
 def test_the_variance_is_what_the_draws_show():

@@ -88,3 +88,36 @@ class DropsAtZero(NumpyMHA):
         if mask.dropout is not None:
             mask = mask.replace(dropout=0.1)
         return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class OneMaskForTheBatch(_Dropped):
+    """Draws one mask per head, row and key, shared by every batch item."""
+
+    name = "bug.dropout_one_mask_for_the_batch"
+
+    def drop(self, w, p):
+        B, H, L, S = w.shape
+        keep = self.draws().random((1, H, L, S)) >= p
+        return np.where(keep, w / (1 - p), 0)
+
+
+class RepeatsEvery(_Dropped):
+    """Cycles through ``period`` masks, one per call (a generator reseeded from a counter
+    that wraps): fresh-looking draws whose pattern repeats across calls."""
+
+    name = "bug.dropout_repeats"
+    period = 2
+
+    def drop(self, w, p):
+        self.calls = getattr(self, "calls", -1) + 1
+        rng = np.random.default_rng(self.calls % self.period)
+        return np.where(rng.random(w.shape) >= p, w / (1 - p), 0)
+
+
+class RepeatsEvery50(RepeatsEvery):
+    """Fifty masks in a cycle: the mean of 200 draws is within the mean test's bound and
+    the spread right (cycles of 32 or fewer fail the mean already); only calls 50 apart
+    show it."""
+
+    name = "bug.dropout_repeats_50"
+    period = 50

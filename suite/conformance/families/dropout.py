@@ -31,7 +31,11 @@ the elements (Bonferroni: 5.8 for this family's problems). The spread band: on t
 reference in float32, 45 runs (15 seeds of each statistical case, DRAWS draws each) gave
 median ratios 0.972 to 1.021 and a largest mean error of 3.9 standard errors, so the band
 [0.9, 1.1] lies about 6 standard deviations of that median from 1 (``tests/test_dropout.py``).
-``suite.conformance.cases`` registers ``BUILDERS``.
+``independent_draws`` judges the draws jointly (``correlations``: batch items, heads and
+calls 1 to LAGS apart on a twinned problem), which the per-element statistics cannot: on
+the NumPy reference in float32, 15 seeds of each form, every correlation lay within 0.034
+of 0, so RHO_MAX = 0.2 is at least 15 standard deviations away; a mask shared or repeated
+gives 1 (docs/verdicts/dropout.md). ``suite.conformance.cases`` registers ``BUILDERS``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in or
 DRAWS = 200  # calls per statistical case
 FALSE_ALARM = 1e-6  # family-wise, per case: the mean test's per-element z comes from it
 SPREAD_LOW, SPREAD_HIGH = 0.9, 1.1  # the median variance ratio's band
+LAGS = 50  # calls apart whose masks ``independent_draws`` compares (1 .. LAGS)
+RHO_MAX = 0.2  # the largest |correlation| ``independent_draws`` allows (see the docstring)
 
 
 
@@ -79,12 +85,11 @@ def dropout_variance(p: Problem) -> np.ndarray:
     return rate * np.einsum("bhls,bhse->ble", weights ** 2, u ** 2)
 
 
-def _judge_draws(impl: Any, out: Any, p: Problem) -> Any:
-    """DRAWS calls of ``p`` in training mode: their mean against the oracle (Z standard
-    errors plus the rule's bound), and their spread against the exact variance."""
-    from suite.conformance.judge import attempt, expressible, slack_for
+def _draws(impl: Any, out: Any, p: Problem) -> Any:
+    """(problem, draws (N, B, L, E) float64), or the outcome that ends the case: DRAWS
+    training-mode calls of ``p``, each judged finite."""
+    from suite.conformance.judge import attempt, expressible
     from suite.plugins.interface import Unsupported
-    from suite.spec import oracle
 
     try:
         p = expressible(impl, p)
@@ -101,6 +106,22 @@ def _judge_draws(impl: Any, out: Any, p: Problem) -> Any:
         bad = int((~np.isfinite(x)).any(axis=(1, 2, 3)).sum())
         return out.classify("fail", f"non-finite outputs in {bad} of {DRAWS} training-mode "
                                     f"calls")
+    return p, x
+
+
+def _judge_draws(impl: Any, out: Any, p: Problem) -> Any:
+    """DRAWS calls of ``p`` in training mode: their mean against the oracle (Z standard
+    errors plus the rule's bound), and their spread against the exact variance."""
+    got = _draws(impl, out, p)
+    if not isinstance(got, tuple):
+        return got
+    return _mean_and_spread_verdict(impl, out, *got)
+
+
+def _mean_and_spread_verdict(impl: Any, out: Any, p: Problem, x: np.ndarray) -> Any:
+    from suite.conformance.judge import slack_for
+    from suite.spec import oracle
+
     ref, _ = oracle.oracle(p)
     var = dropout_variance(p)
     live = var > 1e-12 * max(float(var.max()), 1e-300)  # elements dropout can move
@@ -131,6 +152,96 @@ def _judge_draws(impl: Any, out: Any, p: Problem) -> Any:
                     f"sample variance / exact variance {ratio:.3g}, outside "
                     f"[{SPREAD_LOW}, {SPREAD_HIGH}]: {what}")
     return out
+
+
+def correlations(p: Problem, x: np.ndarray) -> dict:
+    """The draws' joint statistics on a twinned problem (``twinned``): each a correlation
+    of the standardised deviations d = (draw - oracle) / sqrt(exact variance) over the
+    elements dropout can move, 0 in expectation when every batch item, head and call draws
+    its own mask, 1 when one mask is shared:
+
+    - ``batch``: item 0's d against item 1's (identical inputs);
+    - ``heads``: head 0's output block against head 1's, head 2's against head 3's
+      (identical heads, W_o the identity);
+    - ``call+k``: call t's d against call t+k's, k = 1 .. LAGS (a pattern repeated across
+      calls with a period up to LAGS)."""
+    from suite.spec import oracle
+
+    ref, _ = oracle.oracle(p)
+    var = dropout_variance(p)
+    live = var > 1e-12 * max(float(var.max()), 1e-300)
+    d = np.where(live, (x - ref) / np.sqrt(np.where(live, var, 1.0)), 0.0)  # (N, B, L, E)
+
+    def corr(a: np.ndarray, b: np.ndarray) -> float:
+        den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+        return float((a * b).sum()) / den if den > 0 else 0.0
+
+    V = p.E // p.H
+    heads = [(d[..., h * V:(h + 1) * V], d[..., (h + 1) * V:(h + 2) * V]) for h in (0, 2)]
+    out = {"batch": corr(d[:, 0], d[:, 1]),
+           "heads": corr(np.concatenate([a for a, _ in heads], -1),
+                         np.concatenate([b for _, b in heads], -1))}
+    for k in range(1, LAGS + 1):
+        out[f"call+{k}"] = corr(d[:-k], d[k:])
+    return out
+
+
+def _judge_joint(impl: Any, out: Any, p: Problem) -> Any:
+    """The draws' mean and spread (``_judge_draws``), then their correlations across batch
+    items, heads and calls (``correlations``), each within RHO_MAX of 0."""
+    got = _draws(impl, out, p)
+    if not isinstance(got, tuple):
+        return got
+    p, x = got
+    verdict = _mean_and_spread_verdict(impl, out, p, x)
+    if verdict.outcome != "pass":
+        return verdict
+    rho = correlations(p, x)
+    over = {k: v for k, v in rho.items() if abs(v) > RHO_MAX}
+    if over:
+        top = sorted(over.items(), key=lambda kv: -abs(kv[1]))
+        said = ", ".join(f"{k} {v:.3g}" for k, v in top[:3]) + (
+            f" (and {len(top) - 3} more)" if len(top) > 3 else "")
+        return out.classify(
+            "fail", f"{DRAWS} training-mode calls (dropout {p.dropout}) drew related masks: "
+                    f"correlation of the deviations from the oracle {said}, beyond "
+                    f"{RHO_MAX} (0 when each batch item, head and call draws its own; 1 when "
+                    f"one mask is shared or repeated)")
+    return out
+
+
+def twinned(p: Problem) -> Problem:
+    """``p`` with identical batch items (item 1 = item 0), identical heads in pairs (head 1
+    = head 0, head 3 = head 2, in their query, key and value projections and the output
+    bias) and the identity as output projection, so each head's output is its own block
+    of the output: what two independent masks give two twins is uncorrelated, one mask
+    shared gives them the same draws. Needs B >= 2, H = K = 4, E = H * head width."""
+    if p.B < 2 or p.H != 4 or p.K != p.H or p.E != p.H * p.D:
+        raise ValueError(f"twinned: expected B >= 2, H = K = 4, E = H * D, got B={p.B}, "
+                         f"H={p.H}, K={p.K}, E={p.E}, D={p.D}")
+
+    def twin_items(a: np.ndarray) -> np.ndarray:
+        a = a.copy()
+        a[1] = a[0]
+        return a
+
+    def twin_heads(w: Optional[np.ndarray], width: int) -> Optional[np.ndarray]:
+        if w is None:
+            return None
+        w = w.copy()
+        for h in (0, 2):
+            w[..., (h + 1) * width:(h + 2) * width] = w[..., h * width:(h + 1) * width]
+        return w
+
+    query = twin_items(p.query)
+    key = query if p.key is p.query else twin_items(p.key)
+    value = query if p.value is p.query else key if p.value is p.key else twin_items(p.value)
+    w = p.weights
+    weights = dataclasses.replace(
+        w, w_q=twin_heads(w.w_q, p.D), w_k=twin_heads(w.w_k, p.D), w_v=twin_heads(w.w_v, p.V),
+        b_q=twin_heads(w.b_q, p.D), b_k=twin_heads(w.b_k, p.D), b_v=twin_heads(w.b_v, p.V),
+        w_o=np.eye(p.H * p.V, p.E), b_o=twin_heads(w.b_o, p.V))
+    return dataclasses.replace(p, query=query, key=key, value=value, weights=weights)
 
 
 def dropout_problem(seed: int, rate: float, mask: Optional[Mask] = None,
@@ -175,3 +286,13 @@ def _gqa(seed, square=None):
     """Dropout 0.3 with two key/value heads for four query heads: each query head draws
     its own mask."""
     return dropout_problem(seed, 0.3, K=2, square=square)
+
+
+@case("independent_draws", judge=_judge_joint, square=8)
+def _independent_draws(seed, square=None):
+    """Dropout 0.3 on twins (``twinned``): two identical batch items, two pairs of identical
+    heads, the output projection the identity. The draws' mean and spread as in
+    ``mean_and_spread``, and their correlations across batch items, heads and calls
+    (``correlations``) within RHO_MAX of 0: a mask shared by the batch items or by the heads,
+    or repeated across calls, fails."""
+    return twinned(dropout_problem(seed, 0.3, square=square))
