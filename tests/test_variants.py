@@ -138,7 +138,26 @@ def _direct(p: Problem) -> np.ndarray:
     k = (p.key @ w.w_k + w.b_k).reshape(B, S, K, D)
     v = (p.value @ w.w_v + w.b_v).reshape(B, S, K, V)
     allowed = p.mask.dense_allowed(B, H, L, S)
-    buckets = None if p.rel_bias is None else p.rel_bias.buckets(L, S)  # (L, S)
+    off, seg = p.mask.query_offset, p.mask.segments
+
+    def qpos(b: int, i: int, align: str) -> int:
+        """Row i's absolute position: at its batch's offset, inside its packed sequence."""
+        if seg is not None:
+            return i - list(seg[b]).index(seg[b][i])
+        if off is not None:
+            return int(off[b]) + i
+        return i + (S - L if align == "bottom_right" else 0)
+
+    def kpos(b: int, j: int) -> int:
+        return j - list(seg[b]).index(seg[b][j]) if seg is not None else j
+
+    def bucket(rel: RelBias, d: int) -> int:
+        if rel.bucketing == "clip":
+            high = rel.max_distance if rel.bidirectional else 0
+            return min(max(d, -rel.max_distance), high) + rel.max_distance
+        return int(t5_bucket(np.array(d), rel.bidirectional, rel.table.shape[1],
+                             rel.max_distance))
+
     heads = np.zeros((B, L, H, V))
     for b in range(B):
         for h in range(H):
@@ -150,11 +169,12 @@ def _direct(p: Problem) -> np.ndarray:
                     if p.softcap:
                         s = p.softcap * math.tanh(s / p.softcap)
                     if p.alibi is not None:
-                        qi = i + (S - L if p.alibi.align == "bottom_right" else 0)
-                        s += p.alibi.slopes[h] * {"key": j, "distance": -abs(qi - j),
-                                                  "signed": j - qi}[p.alibi.convention]
+                        qi, kj = qpos(b, i, p.alibi.align), kpos(b, j)
+                        s += p.alibi.slopes[h] * {"key": kj, "distance": -abs(qi - kj),
+                                                  "signed": kj - qi}[p.alibi.convention]
                     if p.rel_bias is not None:
-                        s += p.rel_bias.table[h, buckets[i, j]]
+                        d = kpos(b, j) - qpos(b, i, p.rel_bias.align)
+                        s += p.rel_bias.table[h, bucket(p.rel_bias, d)]
                     if p.score_mod is not None:
                         s = float(p.score_mod.fn(s, b, h, i, j, math))
                     logits.append(s if allowed[b, h, i, j] else -math.inf)
@@ -173,6 +193,69 @@ def _direct(p: Problem) -> np.ndarray:
 def test_the_oracle_is_the_spec_read_loop_by_loop(name):
     p = catalog.get("variants", name).problem()
     np.testing.assert_allclose(oracle.oracle(p)[0], _direct(p), rtol=0, atol=1e-10)
+
+
+# The inference forms' cases that carry a score variant (issue 50): decode rows at offsets,
+# paged caches, packed sequences whose positions restart.
+FORM_VARIANTS = [(c.family, c.name) for fam in ("decode", "paged", "packed")
+                 for c in catalog.of_family(fam) if c.problem().has_variants()]
+
+
+def test_every_inference_form_carries_variants():
+    fams = {f for f, _ in FORM_VARIANTS}
+    assert fams == {"decode", "paged", "packed"}, FORM_VARIANTS
+    feats = set().union(*(catalog.get(f, n).problem().features() for f, n in FORM_VARIANTS))
+    assert {"softcap", "sinks", "alibi", "rel_bias", "value_width"} <= feats
+
+
+@pytest.mark.parametrize("family,name", FORM_VARIANTS)
+def test_the_oracle_reads_positions_at_offsets_and_in_sequences(family, name):
+    """The oracle of each inference form with a variant is the spec read loop by loop, the
+    positions taken directly (offset[b] + i; i minus its sequence's start); and a position
+    variant there is not what it is at positions 0..L-1 (a test that could not tell an offset
+    from none would pass an ALiBi aligned at 0)."""
+    p = catalog.get(family, name).problem()
+    np.testing.assert_allclose(oracle.oracle(p)[0], _direct(p), rtol=0, atol=1e-10)
+    if p.alibi is None and p.rel_bias is None or p.mask.segments is not None:
+        return
+    # the same problem with the position variant at row i (offset 0): another answer
+    B, L, S, H = p.B, p.L, p.S, p.H
+    at_zero = np.zeros((B, H, L, S))
+    if p.alibi is not None:
+        at_zero += p.alibi.slopes[:, None, None] * -np.abs(
+            np.arange(L)[:, None] - np.arange(S)[None, :])
+    if p.rel_bias is not None:
+        at_zero += p.rel_bias.table[:, p.rel_bias.buckets(L, S)]
+    moved = dataclasses.replace(p, alibi=None, rel_bias=None, mask=dataclasses.replace(
+        p.mask, bias=at_zero))
+    assert np.abs(oracle.oracle(moved)[0] - oracle.oracle(p)[0]).max() > 1e-2
+
+
+def test_packed_positions_restart_in_each_sequence():
+    from suite.spec.variants import segment_positions, token_positions
+
+    seg = np.array([[0, 0, 0, 1, 1, 2], [0, 1, 1, 1, 1, 1]])
+    assert segment_positions(seg).tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 4]]
+    q, k = token_positions("top_left", 2, 8, offsets=np.array([5, 0]))
+    assert q.tolist() == [[5, 6], [0, 1]] and k.tolist() == [list(range(8))]
+    # the "key" convention reads a packed key's position in its own sequence
+    a = Alibi(np.ones(1), "key")
+    assert a.term(*token_positions("top_left", 6, 6, segments=seg[:1]))[0, 4].tolist() == \
+        [0, 1, 2, 0, 1, 0]
+
+
+def test_position_variants_beside_the_forms_are_posed_and_checked():
+    """ALiBi and a table beside an offset or segments validate (top_left: the form places
+    the rows); bottom_right there, a score_mod there, or any beside steps is refused by name."""
+    p = catalog.get("decode", "alibi_few_rows").problem()
+    with pytest.raises(InputError, match="alibi.align"):
+        dataclasses.replace(p, alibi=dataclasses.replace(p.alibi, align="bottom_right")
+                            ).validate()
+    with pytest.raises(InputError, match="mask.query_offset: expected no score_mod"):
+        dataclasses.replace(p, alibi=None, score_mod=SCORE_MODS["tanh_gate"]).validate()
+    q = catalog.get("packed", "alibi_docs").problem()
+    with pytest.raises(InputError, match="mask.segments: expected no score_mod"):
+        dataclasses.replace(q, score_mod=SCORE_MODS["tanh_gate"]).validate()
 
 
 def test_an_infinite_score_under_a_cap_is_finite():
@@ -342,13 +425,13 @@ def test_flex_attention_computes_variants_in_its_score_mod_and_a_wrong_one_fails
 
     from implementations.torch import compiled as torch_compiled
 
-    def wrong(variants, L, S):
+    def wrong(variants, L, S, mask=None):
         if bug == "drops the cap":
             variants = dc.replace(variants, softcap=None)
         else:
             variants = dc.replace(variants, alibi=dc.replace(
                 variants.alibi, slopes=variants.alibi.slopes.flip(0)))
-        return right(variants, L, S)
+        return right(variants, L, S, mask)
 
     right = torch_compiled._variant_mods
     monkeypatch.setattr(torch_compiled, "_variant_mods", wrong)

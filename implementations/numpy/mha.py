@@ -183,7 +183,7 @@ class NumpyMHA(NumpyCore):
         scores = (q @ k.transpose(0, 1, 3, 2)) * scale  # (B, H, L, S)
         variants = mask.variants
         if variants is not None:  # cap, position biases, score_mod: before the mask
-            scores = self.vary(scores, variants)
+            scores = self.vary(scores, variants, mask)
         if bias is not None:
             scores += bias
             # Padded keys may hold NaN/garbage: masked scores are exactly -inf, never NaN.
@@ -219,16 +219,21 @@ class NumpyMHA(NumpyCore):
         return self._rng
 
     # --- score variants (suite.spec.variants), each in the compute dtype ---------------------
-    def vary(self, scores: np.ndarray, variants: ScoreVariants) -> np.ndarray:
+    def vary(self, scores: np.ndarray, variants: ScoreVariants, mask: AttendMask
+             ) -> np.ndarray:
         """scores (B, H, L, S) with the variants in the spec's order: cap, ALiBi and the
-        relative table added, score_mod."""
+        relative table added, score_mod; the position variants at the rows' absolute
+        positions (``positions``: a decode row at its offset, a packed token in its own
+        sequence)."""
         L, S = scores.shape[-2:]
         if variants.softcap is not None:
             scores = self.cap(scores, variants.softcap)
         if variants.alibi is not None:
-            scores = scores + self.alibi_bias(variants.alibi, L, S)  # (H, L, S)
+            at = self.positions(variants.alibi.align, L, S, mask)
+            scores = scores + self.alibi_bias(variants.alibi, *at)  # (B|1, H, L, S)
         if variants.rel_bias is not None:
-            scores = scores + self.relative_bias(variants.rel_bias, L, S)  # (H, L, S)
+            at = self.positions(variants.rel_bias.align, L, S, mask)
+            scores = scores + self.relative_bias(variants.rel_bias, *at)  # (B|1, H, L, S)
         if variants.score_mod is not None:
             scores = self.modify(scores, variants.score_mod)
         return scores
@@ -242,26 +247,43 @@ class NumpyMHA(NumpyCore):
         """(L, 1) key position of each query row: i, or i + S - L bottom-right aligned."""
         return (np.arange(L, dtype=dtype) + (S - L if align == "bottom_right" else 0))[:, None]
 
-    def alibi_bias(self, alibi: Alibi, L: int, S: int) -> np.ndarray:
-        """(H, L, S): each head's slope times the convention's position term."""
-        slopes = alibi.slopes  # (H,) in the compute dtype
-        j = np.arange(S, dtype=slopes.dtype)[None, :]  # (1, S)
-        i = self.query_positions(alibi.align, L, S, slopes.dtype)  # (L, 1)
-        term = {"key": np.broadcast_to(j, (L, S)), "distance": -np.abs(i - j),
-                "signed": j - i}[alibi.convention]  # (L, S)
-        return slopes[:, None, None] * term  # (H, L, S)
+    @classmethod
+    def positions(cls, align: str, L: int, S: int, mask: AttendMask):
+        """(queries (B|1, 1, L, 1), keys (B|1, 1, 1, S)) int64 positions: a decode row of
+        batch b at ``query_offset[b] + i`` (keys at their slots), a packed token at its index
+        in its own sequence, else query i at ``query_positions``."""
+        if mask is not None and mask.segments is not None:  # restart at each sequence
+            seg = np.asarray(mask.segments)  # (B, L), L = S
+            idx = np.arange(seg.shape[1])
+            first = np.where(np.diff(seg, axis=1, prepend=-1) != 0, idx, 0)
+            pos = idx - np.maximum.accumulate(first, axis=1)  # (B, L)
+            return pos[:, None, :, None], pos[:, None, None, :]
+        keys = np.arange(S)[None, None, None, :]
+        if mask is not None and mask.query_offset is not None:
+            rows = np.asarray(mask.query_offset)[:, None] + np.arange(L)[None, :]  # (B, L)
+            return rows[:, None, :, None], keys
+        return cls.query_positions(align, L, S, np.int64)[None, None], keys
 
-    def relative_bias(self, rel: RelBias, L: int, S: int) -> np.ndarray:
-        """(H, L, S): each head's table read at the bucket of the distance j - i."""
-        i = self.query_positions(rel.align, L, S, np.int64)  # (L, 1)
-        distance = np.arange(S)[None, :] - i  # (L, S) memory minus context position, as T5
+    def alibi_bias(self, alibi: Alibi, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """(B|1, H, L, S): each head's slope times the convention's position term at query
+        positions (B|1, 1, L, 1) and key positions (B|1, 1, 1, S)."""
+        slopes = alibi.slopes  # (H,) in the compute dtype
+        i, j = queries.astype(slopes.dtype), keys.astype(slopes.dtype)
+        term = {"key": j + 0 * i, "distance": -np.abs(i - j),
+                "signed": j - i}[alibi.convention]  # (B|1, 1, L, S)
+        return slopes[:, None, None] * term  # (B|1, H, L, S)
+
+    def relative_bias(self, rel: RelBias, queries: np.ndarray, keys: np.ndarray
+                      ) -> np.ndarray:
+        """(B|1, H, L, S): each head's table read at the bucket of the distance j - i."""
+        distance = keys - queries  # (B|1, 1, L, S) memory minus context position, as T5
         n = rel.table.shape[-1]
         if rel.bucketing == "clip":
             high = rel.max_distance if rel.bidirectional else 0
             buckets = np.clip(distance, -rel.max_distance, high) + rel.max_distance
         else:
             buckets = _t5_bucket(distance, rel.bidirectional, n, rel.max_distance)
-        return rel.table[:, buckets]  # (H, L, S)
+        return np.moveaxis(rel.table[:, buckets[:, 0]], 0, 1)  # (B|1, H, L, S)
 
     def modify(self, scores: np.ndarray, mod: ScoreMod) -> np.ndarray:
         """The score modifier on (B, H, L, S), its indices as floats of the dtype."""

@@ -763,16 +763,18 @@ def masked_softmax(scores: torch.Tensor, sinks: Optional[torch.Tensor] = None) -
 
 
 # --- score variants (suite.spec.variants), in torch ops on the scores' device and dtype ---------
-def vary_scores(scores: torch.Tensor, variants: Any) -> torch.Tensor:
+def vary_scores(scores: torch.Tensor, variants: Any, mask: Any = None) -> torch.Tensor:
     """scores (B, H, L, S) with ``variants`` (``suite.plugins.adapters.ScoreVariants``, tensors on the
-    device) in the spec's order: cap, ALiBi and the relative table added, score_mod."""
+    device) in the spec's order: cap, ALiBi and the relative table added, score_mod; the
+    position variants at the rows' absolute positions in ``mask`` (an ``AttendMask``: a
+    decode row at its offset, a packed token in its own sequence)."""
     L, S = scores.shape[-2:]
     if variants.softcap is not None:  # cap * tanh(score / cap): an inf score becomes +-cap
         scores = variants.softcap * torch.tanh(scores / variants.softcap)
     if variants.alibi is not None:
-        scores = scores + alibi_bias(variants.alibi, L, S)  # (H, L, S)
+        scores = scores + alibi_bias(variants.alibi, L, S, mask)  # (B|1, H, L, S)
     if variants.rel_bias is not None:
-        scores = scores + relative_bias(variants.rel_bias, L, S)  # (H, L, S)
+        scores = scores + relative_bias(variants.rel_bias, L, S, mask)  # (B|1, H, L, S)
     if variants.score_mod is not None:
         scores = score_modified(scores, variants.score_mod)
     return scores
@@ -784,13 +786,37 @@ def query_positions(align: str, L: int, S: int, like: torch.Tensor) -> torch.Ten
     return (torch.arange(L, device=like.device, dtype=like.dtype) + offset)[:, None]
 
 
-def alibi_bias(alibi: Any, L: int, S: int) -> torch.Tensor:
-    """(H, L, S): each head's slope times the convention's position term."""
+def token_positions(align: str, L: int, S: int, mask: Any, like: torch.Tensor):
+    """(queries (B|1, 1, L, 1), keys (B|1, 1, 1, S)) positions in ``like``'s device and
+    dtype: a decode row of batch b at ``mask.query_offset[b] + i`` (keys at their slots), a
+    packed token at its index within its own sequence (``mask.segments``), else query i at
+    ``query_positions``."""
+    def put(a):
+        return torch.as_tensor(np.asarray(a), device=like.device).to(like.dtype)
+
+    if mask is not None and getattr(mask, "segments", None) is not None:
+        seg = put(mask.segments).long()  # (B, L), L = S
+        idx = torch.arange(seg.shape[1], device=like.device).expand_as(seg)
+        new = torch.ones_like(seg, dtype=torch.bool)
+        new[:, 1:] = seg[:, 1:] != seg[:, :-1]  # a sequence starts here
+        first = torch.cummax(torch.where(new, idx, torch.zeros_like(idx)), dim=1).values
+        pos = (idx - first).to(like.dtype)  # (B, L)
+        return pos[:, None, :, None], pos[:, None, None, :]
+    keys = torch.arange(S, device=like.device, dtype=like.dtype)[None, None, None, :]
+    if mask is not None and getattr(mask, "query_offset", None) is not None:
+        rows = put(mask.query_offset)[:, None] + torch.arange(L, device=like.device,
+                                                              dtype=like.dtype)  # (B, L)
+        return rows[:, None, :, None], keys
+    return query_positions(align, L, S, like)[None, None], keys
+
+
+def alibi_bias(alibi: Any, L: int, S: int, mask: Any = None) -> torch.Tensor:
+    """(B|1, H, L, S): each head's slope times the convention's position term, at the
+    positions ``token_positions`` gives."""
     slopes = alibi.slopes  # (H,)
-    j = torch.arange(S, device=slopes.device, dtype=slopes.dtype)[None, :]  # (1, S)
-    i = query_positions(alibi.align, L, S, slopes)  # (L, 1)
+    i, j = token_positions(alibi.align, L, S, mask, slopes)  # (B|1, 1, L, 1), (B|1, 1, 1, S)
     if alibi.convention == "key":  # BLOOM: the key position alone
-        term = j.expand(L, S)
+        term = j + 0 * i
     elif alibi.convention == "distance":  # FlashAttention: -|i - j|
         term = -(i - j).abs()
     elif alibi.convention == "signed":
@@ -798,21 +824,21 @@ def alibi_bias(alibi: Any, L: int, S: int) -> torch.Tensor:
     else:
         raise ValueError(f"alibi.convention: expected key, distance or signed, got "
                          f"{alibi.convention!r}")
-    return slopes[:, None, None] * term  # (H, L, S)
+    return slopes[:, None, None] * term  # (B|1, H, L, S)
 
 
-def relative_bias(rel: Any, L: int, S: int) -> torch.Tensor:
-    """(H, L, S): each head's table read at the bucket of the distance j - i."""
+def relative_bias(rel: Any, L: int, S: int, mask: Any = None) -> torch.Tensor:
+    """(B|1, H, L, S): each head's table read at the bucket of the distance j - i."""
     table = rel.table  # (H, n)
-    i = query_positions(rel.align, L, S, torch.zeros((), dtype=torch.long,
-                                                     device=table.device))  # (L, 1)
-    distance = torch.arange(S, device=table.device)[None, :] - i  # (L, S) memory - context
+    i, j = token_positions(rel.align, L, S, mask, torch.zeros((), dtype=torch.long,
+                                                                 device=table.device))
+    distance = (j - i)[:, 0]  # (B|1, L, S) memory - context
     if rel.bucketing == "clip":
         high = rel.max_distance if rel.bidirectional else 0
         buckets = distance.clamp(-rel.max_distance, high) + rel.max_distance
     else:
         buckets = t5_bucket(distance, rel.bidirectional, table.shape[-1], rel.max_distance)
-    return table[:, buckets]  # (H, L, S)
+    return table[:, buckets].transpose(0, 1)  # (B|1, H, L, S)
 
 
 def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,

@@ -250,7 +250,7 @@ class TorchFlex(CompiledPerShape, TorchCore):
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
         # The score_mod's steps in the spec's order: the variants, then the mask.
-        steps = _variant_mods(mask.variants, q.shape[2], k.shape[2])
+        steps = _variant_mods(mask.variants, q.shape[2], k.shape[2], mask)
         if mask.form_name:  # a window form: its mask_mod, FlexAttention's own block mask
             kw["block_mask"] = _form_block_mask(mask, q.shape[0], q.shape[2], k.shape[2],
                                                 q.device)
@@ -331,11 +331,13 @@ class TorchFlexEager(TorchFlex):
         return self
 
 
-def _variant_mods(variants: Any, L: int, S: int) -> List[Any]:
+def _variant_mods(variants: Any, L: int, S: int, mask: Any = None) -> List[Any]:
     """The problem's score variants as FlexAttention score_mod steps, as its users write
     them: the cap as ``cap * tanh(score / cap)``, ALiBi and a relative table as a bias
-    (H, L, S) read through one flat index (a by-head index does not compile on the CPU), a
-    score_mod called with FlexAttention's own (b, h, q_idx, kv_idx) as floats."""
+    (B|1, H, L, S) read through one flat index (a by-head index does not compile on the
+    CPU), at the rows' absolute positions (``mask``: a decode row at its batch's offset, a
+    packed token within its own document), a score_mod called with FlexAttention's own
+    (b, h, q_idx, kv_idx) as floats."""
     if variants is None:
         return []
     steps: List[Any] = []
@@ -348,15 +350,16 @@ def _variant_mods(variants: Any, L: int, S: int) -> List[Any]:
         steps.append(capped)
     position = None
     if variants.alibi is not None:
-        position = alibi_bias(variants.alibi, L, S)  # (H, L, S)
+        position = alibi_bias(variants.alibi, L, S, mask)  # (B|1, H, L, S)
     if variants.rel_bias is not None:
-        table = relative_bias(variants.rel_bias, L, S)
+        table = relative_bias(variants.rel_bias, L, S, mask)
         position = table if position is None else position + table
     if position is not None:
         flat = position.reshape(-1)
+        Bp, H = position.shape[:2]  # Bp: B where the positions differ by batch, else 1
 
         def positioned(score, b, h, q_idx, kv_idx):
-            return score + flat[(h * L + q_idx) * S + kv_idx]
+            return score + flat[(((b if Bp > 1 else 0) * H + h) * L + q_idx) * S + kv_idx]
 
         steps.append(positioned)
     if variants.score_mod is not None:

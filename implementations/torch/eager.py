@@ -32,7 +32,7 @@ class TorchEager(TorchCore):
         scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, L, S)
         variants = mask.variants
         if variants is not None:  # cap, position biases, score_mod: before the mask
-            scores = vary_scores(scores, variants)
+            scores = vary_scores(scores, variants, mask)
         if mask.bias is not None:
             # Masked scores are exactly -inf, even where padded keys hold NaN.
             scores = (scores + mask.bias).masked_fill(~mask.allowed, float("-inf"))

@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from suite.spec.problem import Problem
+from suite.spec.problem import Problem, variant_positions
 from suite.spec.variants import score_mod_indices
 
 ORDERS = ("blas", "sequential")
@@ -251,7 +251,7 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
     """The score variants on the scaled logits (B, H, L, S), in the spec's order: cap, ALiBi
     and the relative table added, score_mod; each result rounded to the dtype. Also returns
     what the backward and the rounding bound need (empty without variants)."""
-    r, (L, S) = ar.rounded, logits.shape[-2:]
+    r = ar.rounded
     parts: Dict[str, Any] = {}
     if p.softcap is not None:  # cap * tanh(score / cap), after the scale, before any bias
         cap = ar.acc(p.softcap)
@@ -259,11 +259,15 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
         parts["scaled"], parts["cap_slope"] = logits, r(1 - r(t * t))  # d capped / d scaled
         logits = r(cap * t)
     added = []
-    if p.alibi is not None:  # slope (H,) times the position term (L, S), in the dtype
-        slopes = r(p.alibi.slopes)[:, None, None]  # (H, 1, 1)
-        added.append(r(slopes * r(p.alibi.positions(L, S))))  # (H, L, S)
-    if p.rel_bias is not None:  # table (H, n) read at each pair's bucket (L, S)
-        added.append(r(p.rel_bias.table)[:, p.rel_bias.buckets(L, S)])  # (H, L, S)
+    # Absolute positions (B|1, L) and (B|1, S): at a decode row's offset, within a packed
+    # sequence (suite.spec.variants.token_positions)
+    if p.alibi is not None:  # slope (H,) times the position term (B|1, L, S), in the dtype
+        slopes = r(p.alibi.slopes)[None, :, None, None]  # (1, H, 1, 1)
+        term = p.alibi.term(*variant_positions(p, p.alibi.align))[:, None]  # (B|1, 1, L, S)
+        added.append(r(slopes * r(term)))  # (B|1, H, L, S)
+    if p.rel_bias is not None:  # table (H, n) read at each pair's bucket (B|1, L, S)
+        buckets = p.rel_bias.buckets_at(*variant_positions(p, p.rel_bias.align))
+        added.append(r(p.rel_bias.table)[:, buckets].transpose(1, 0, 2, 3))  # (B|1, H, L, S)
     for bias in added:
         logits = r(logits + bias)
     parts["added"] = tuple(added)

@@ -33,6 +33,7 @@ from suite.spec.variants import (
     RelBias,
     ScoreMod,
     score_mod_indices,
+    token_positions,
 )
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -254,6 +255,15 @@ class Problem:
 VARIANT_FIELDS = ("softcap", "alibi", "rel_bias", "score_mod", "sinks")
 
 
+def variant_positions(p: Problem, align: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The absolute positions (queries (B|1, L), keys (B|1, S)) ALiBi and the relative table
+    read in ``p`` (``suite.spec.variants.token_positions``): at each batch's
+    ``mask.query_offset`` in the decode form, within each sequence of a packed batch
+    (``mask.segments``), else by ``align``."""
+    m = p.mask
+    return token_positions(align, p.L, p.S, m.query_offset, m.segments)
+
+
 def _no_position_variants(p: Problem, argument: str) -> None:
     """No variant that reads a token's position (alibi, rel_bias, score_mod) beside
     ``argument``, a form whose rows are not at positions 0..L-1 of one sequence."""
@@ -261,6 +271,21 @@ def _no_position_variants(p: Problem, argument: str) -> None:
         _expect(getattr(p, name) is None, argument,
                 "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
                 f"{name} set")
+
+
+def _positions_at(p: Problem, argument: str) -> None:
+    """Beside ``argument`` (an offset or packed form) ALiBi and the relative table read
+    absolute positions (``variant_positions``): their ``align`` must be top_left (the form
+    places the rows); a score_mod, whose i and j are row and slot indices, is not posed
+    there yet."""
+    _expect(p.score_mod is None, argument,
+            "no score_mod beside it yet (its i, j are row and slot indices, not positions)",
+            f"score_mod {getattr(p.score_mod, 'name', p.score_mod)!r} set")
+    for name in ("alibi", "rel_bias"):
+        v = getattr(p, name)
+        _expect(v is None or getattr(v, "align", None) == "top_left", f"{name}.align",
+                f"'top_left' beside {argument} (the form places each row at its absolute "
+                f"position)", repr(getattr(v, "align", None)))
 
 
 def _validate_steps(p: Problem) -> None:
@@ -292,7 +317,7 @@ def _validate_segments(p: Problem) -> None:
             f"row 0: {seg[0].tolist()}")
     _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
             "no query_offset or steps beside it yet", "decode or steps set")
-    _no_position_variants(p, "mask.segments")  # positions restart in each sequence
+    _positions_at(p, "mask.segments")  # positions restart in each sequence
 
 
 def _validate_paging(p: Problem) -> None:
@@ -405,8 +430,8 @@ def validate(p: Problem, finite: bool = True) -> None:
         _expect(m.causal and m.causal_align == "top_left", "mask.query_offset",
                 "a causal mask (causal=True, causal_align='top_left': the offset aligns it)",
                 f"causal={m.causal}, causal_align={m.causal_align!r}")
-        # The position variants read the query's index; at an offset its position differs.
-        _no_position_variants(p, "mask.query_offset")
+        # The position variants read each row's absolute position, offset[b] + i.
+        _positions_at(p, "mask.query_offset")
     if m.segments is not None:
         _validate_segments(p)
     if p.steps is not None or p.cache_len is not None:

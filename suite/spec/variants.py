@@ -22,15 +22,20 @@ gives a zero head output with or without a sink: with one, it attends only to th
 which takes no value.
 
 Positions: query row i sits at key position i (``top_left``) or i + S - L
-(``bottom_right``, as a bottom-right causal mask and a decode step against a cache place
-it). Nothing here imports a framework; every function is float64 NumPy, the spec.
+(``bottom_right``, as a bottom-right causal mask places it). In the inference forms a
+token's position is its absolute position (``token_positions``): a decode row of batch b at
+``query_offset[b] + i`` (the keys at their cache slots j), a packed token at its index within
+its own sequence (positions restart at each sequence, for queries and keys alike); ALiBi and
+the relative table read the distance (key position minus query position) there
+(``Alibi.term``, ``RelBias.buckets_at``). Nothing here imports a framework; every function is
+float64 NumPy, the spec.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -68,6 +73,30 @@ def relative_positions(align: str, L: int, S: int) -> np.ndarray:
     return np.arange(S)[None, :] - q
 
 
+def segment_positions(segments: np.ndarray) -> np.ndarray:
+    """(B, L) ints: each packed token's index within its own sequence (0 at each start)."""
+    seg = np.asarray(segments)
+    idx = np.arange(seg.shape[1])
+    starts = np.concatenate([np.ones((seg.shape[0], 1), bool), np.diff(seg, axis=1) != 0], 1)
+    return idx - np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
+
+
+def token_positions(align: str, L: int, S: int, offsets: Optional[np.ndarray] = None,
+                    segments: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """The absolute positions the position variants read: (queries (B|1, L), keys (B|1, S))
+    ints. ``offsets`` (B,) (the decode form, ``Mask.query_offset``): batch b's row i at
+    offsets[b] + i, key j at its slot j. ``segments`` (B, L) (packed, L = S): every token at
+    its index within its own sequence. Neither: row i at i + ``query_offset(align, L, S)``,
+    key j at j."""
+    if segments is not None:
+        pos = segment_positions(segments)
+        return pos, pos
+    keys = np.arange(S)[None, :]
+    if offsets is not None:
+        return np.asarray(offsets)[:, None] + np.arange(L)[None, :], keys
+    return (np.arange(L) + query_offset(align, L, S))[None, :], keys
+
+
 @dataclasses.dataclass(frozen=True)
 class Alibi:
     """ALiBi: head h adds ``slopes[h]`` times the position term of ``convention``."""
@@ -78,9 +107,15 @@ class Alibi:
 
     def positions(self, L: int, S: int) -> np.ndarray:
         """(L, S) float64: the term each slope multiplies (ALIBI_CONVENTIONS)."""
-        rel = relative_positions(self.align, L, S)  # (L, S) j - q
+        return self.term(*token_positions(self.align, L, S))[0]
+
+    def term(self, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """(B|1, L, S) float64: the term at query positions (B|1, L) and key positions
+        (B|1, S) (``token_positions``)."""
+        q, k = np.asarray(queries)[:, :, None], np.asarray(keys)[:, None, :]
+        rel = k - q  # (B|1, L, S) key position minus query position
         if self.convention == "key":
-            return np.broadcast_to(np.arange(S, dtype=np.float64), (L, S))
+            return np.broadcast_to(k, rel.shape).astype(np.float64)
         if self.convention == "distance":
             return -np.abs(rel).astype(np.float64)
         if self.convention == "signed":
@@ -113,7 +148,11 @@ class RelBias:
 
     def buckets(self, L: int, S: int) -> np.ndarray:
         """(L, S) ints: the table column each (query, key) pair reads (BUCKETINGS)."""
-        rel = relative_positions(self.align, L, S)  # (L, S) j - q
+        return self.buckets_at(*token_positions(self.align, L, S))[0]
+
+    def buckets_at(self, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """(B|1, L, S) ints at query positions (B|1, L) and key positions (B|1, S)."""
+        rel = np.asarray(keys)[:, None, :] - np.asarray(queries)[:, :, None]  # j - q
         n = self.table.shape[-1]
         if self.bucketing == "t5":
             return t5_bucket(rel, self.bidirectional, n, self.max_distance)

@@ -77,3 +77,41 @@ class DecodesIgnoringLengths(NumpyMHA):
             problem = dataclasses.replace(problem, mask=dataclasses.replace(
                 problem.mask, valid_lens=None))
         return super().attention_mask(problem, dtype)
+
+
+# --- score variants right in prefill, wrong at a decode step (issue 50) ------------------------
+class DecodeDropsCap(NumpyMHA):
+    """Soft-capping kept in prefill and dropped on the decode path (rows at an offset into a
+    cache): a decode kernel written after the prefill one, without the cap."""
+
+    name = "bug.decode_drops_cap"
+
+    def cap(self, scores, cap):
+        return scores if getattr(self, "_decoding", False) else super().cap(scores, cap)
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        self._decoding = mask.query_offset is not None
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class DecodeDropsSink(NumpyMHA):
+    """Sinks kept in prefill and left out of the softmax at a decode step."""
+
+    name = "bug.decode_drops_sink"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.query_offset is not None and mask.variants is not None:
+            mask = mask.replace(variants=dataclasses.replace(mask.variants, sinks=None))
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class AlibiAtZero(NumpyMHA):
+    """ALiBi and the relative table at a decode step measured from row 0 (query i at
+    position i), not from the row's offset into the cache: a decode path that passes the
+    chunk's row index where the absolute position is due. The mask keeps the offset."""
+
+    name = "bug.alibi_at_zero"
+
+    def positions(self, align, L, S, mask):
+        return super().positions(align, L, S, None if mask is None
+                                 else mask.replace(query_offset=None))

@@ -1,6 +1,8 @@
 """Planted packed-batch bugs on the NumPy reference: the packed family must fail each, and
 the reference pass."""
 
+import dataclasses
+
 import numpy as np
 
 from implementations.numpy.mha import NumpyMHA
@@ -38,4 +40,16 @@ class BoundaryOneLate(NumpyMHA):
             b, i = np.nonzero(np.diff(seg, axis=1, prepend=seg[:, :1]) > 0)
             starts[b, i, i - 1] = True
             mask = _opened(mask, starts[:, None])
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class PackedDropsCap(NumpyMHA):
+    """Soft-capping kept on padded batches and dropped on the packed path (a varlen kernel
+    called without the cap)."""
+
+    name = "bug.packed_drops_cap"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.segments is not None and mask.variants is not None:
+            mask = mask.replace(variants=dataclasses.replace(mask.variants, softcap=None))
         return super().attend(q, k, v, mask, scale, need_weights)

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from implementations.numpy.mha import NumpyMHA, _t5_bucket
+from implementations.numpy.mha import NumpyMHA
 from suite.spec.variants import ScoreMod
 
 
@@ -33,9 +33,9 @@ class CapsAfterBias(NumpyMHA):
 
     name = "bug.caps_after_bias"
 
-    def vary(self, scores, variants):
+    def vary(self, scores, variants, mask):
         capless = dataclasses.replace(variants, softcap=None)
-        scores = super().vary(scores, capless)
+        scores = super().vary(scores, capless, mask)
         return scores if variants.softcap is None else self.cap(scores, variants.softcap)
 
 
@@ -44,8 +44,9 @@ class SlopesReversed(NumpyMHA):
 
     name = "bug.alibi_reversed"
 
-    def alibi_bias(self, alibi, L, S):
-        return super().alibi_bias(dataclasses.replace(alibi, slopes=alibi.slopes[::-1]), L, S)
+    def alibi_bias(self, alibi, queries, keys):
+        return super().alibi_bias(dataclasses.replace(alibi, slopes=alibi.slopes[::-1]),
+                                  queries, keys)
 
 
 class SlopesNegated(NumpyMHA):
@@ -53,8 +54,9 @@ class SlopesNegated(NumpyMHA):
 
     name = "bug.alibi_negated"
 
-    def alibi_bias(self, alibi, L, S):
-        return super().alibi_bias(dataclasses.replace(alibi, slopes=-alibi.slopes), L, S)
+    def alibi_bias(self, alibi, queries, keys):
+        return super().alibi_bias(dataclasses.replace(alibi, slopes=-alibi.slopes), queries,
+                                  keys)
 
 
 class AlibiTopLeft(NumpyMHA):
@@ -63,8 +65,11 @@ class AlibiTopLeft(NumpyMHA):
 
     name = "bug.alibi_top_left"
 
-    def alibi_bias(self, alibi, L, S):
-        return super().alibi_bias(dataclasses.replace(alibi, align="top_left"), L, S)
+    def vary(self, scores, variants, mask):
+        if variants.alibi is not None:
+            variants = dataclasses.replace(variants, alibi=dataclasses.replace(
+                variants.alibi, align="top_left"))
+        return super().vary(scores, variants, mask)
 
 
 class ForgetsSink(NumpyMHA):
@@ -97,16 +102,8 @@ class RelTableTransposed(NumpyMHA):
 
     name = "bug.rel_transposed"
 
-    def relative_bias(self, rel, L, S):
-        i = self.query_positions(rel.align, L, S, np.int64)  # (L, 1)
-        distance = i - np.arange(S)[None, :]  # (L, S): the bug, context minus memory
-        if rel.bucketing == "clip":
-            high = rel.max_distance if rel.bidirectional else 0
-            buckets = np.clip(distance, -rel.max_distance, high) + rel.max_distance
-        else:
-            buckets = _t5_bucket(distance, rel.bidirectional, rel.table.shape[-1],
-                                 rel.max_distance)
-        return rel.table[:, buckets]  # (H, L, S)
+    def relative_bias(self, rel, queries, keys):
+        return super().relative_bias(rel, keys, queries)  # the bug: context minus memory
 
 
 class ScoreModIndicesSwapped(NumpyMHA):

@@ -84,3 +84,37 @@ class SDPAKeyWidthValues(KeyWidthSplit, TorchSDPA):
     a latent-attention module that views values like keys)."""
 
     name = "bug.sdpa_key_width_values"
+
+
+# --- right in prefill, wrong at a decode step (issue 50) ---------------------------------------
+class TorchDecodeDropsCap(TorchEager):
+    """torch.eager that soft-caps in prefill and drops the cap on its decode path (rows at an
+    offset into a cache)."""
+
+    name = "bug.torch_decode_drops_cap"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.query_offset is not None and mask.variants is not None:
+            mask = mask.replace(variants=dataclasses.replace(mask.variants, softcap=None))
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class TorchAlibiAtZero(TorchEager):
+    """torch.eager whose ALiBi (and relative table) at a decode step is measured from row 0,
+    the chunk's row index, not the row's absolute position offset[b] + i (the mask keeps the
+    offset)."""
+
+    name = "bug.torch_alibi_at_zero"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.query_offset is not None and mask.variants is not None:
+            import implementations.torch.common as common
+
+            scores = (q @ k.transpose(-1, -2)) * scale
+            moved = mask.replace(query_offset=None)  # positions from 0, the mask unchanged
+            scores = common.vary_scores(scores, mask.variants, moved)
+            scores = (scores + mask.bias).masked_fill(~mask.allowed, float("-inf"))
+            weights = common.masked_softmax(scores, mask.variants.sinks)
+            v = common.zero_dead_values(v, mask)
+            return weights @ v, (weights if need_weights else None)
+        return super().attend(q, k, v, mask, scale, need_weights)

@@ -26,6 +26,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
+from suite.spec.variants import Alibi, RelBias, alibi_slopes
 
 FAMILY = "decode"
 # B, E, H as the masking family (D = 4); S cache slots.
@@ -41,12 +42,13 @@ GARBAGE = 1e3
 def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
                    offsets: Optional[Sequence[int]] = None, S: int = DS,
                    K: Optional[int] = None, window: Optional[int] = None,
-                   E: int = DE) -> Problem:
+                   E: int = DE, input_scale: float = 1.0,
+                   value_head_dim: Optional[int] = None) -> Problem:
     """Lq = L rows per batch at ``offsets`` (default: the last L filled slots,
     ``lengths[b] - L``) of an S-slot cache filled to ``lengths`` (None: no lengths, every
     slot holds a token); slots past a length hold ``GARBAGE``-sized values. ``window``:
     query i also sees only keys j > its position - window (a sliding window). ``E``: the
-    model width (heads of E // 4)."""
+    model width (heads of E // 4); ``input_scale``, ``value_head_dim``: ``make_problem``'s."""
     if offsets is None:
         offsets = [n - L for n in lengths]
     off = np.asarray(offsets, dtype=np.int64)
@@ -56,7 +58,8 @@ def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
         allowed = (np.arange(S)[None, None, :] > pos[:, :, None] - window)[:, None]
     lens = None if lengths is None else np.asarray(lengths, dtype=np.int64)
     p = make_problem(seed, DB, L, S, E, DH, K, mask=Mask(
-        valid_lens=lens, causal=True, allowed=allowed, query_offset=off))
+        valid_lens=lens, causal=True, allowed=allowed, query_offset=off),
+        input_scale=input_scale, value_head_dim=value_head_dim)
     if lens is None:
         return p
     rng = np.random.default_rng(seed + 1)
@@ -137,3 +140,58 @@ def _prefill_chunk(seed):
     """A chunk of five rows of prefill at offsets 0, 4 and 11 (lengths 5, 9, 16): the first
     chunk is ordinary causal attention, the others continue a cache."""
     return decode_problem(seed, 5, [5, 9, 16])
+
+
+# --- score variants at decode steps (issue 50): each as the models that decode with it --------
+@case("softcap_one_row")
+def _softcap_one_row(seed):
+    """Gemma 2's decode step: soft-capping (cap 4 on logits up to ~10, inputs x3) on one row
+    per batch against caches filled to 16, 7 and 1: a decode kernel that drops the cap its
+    prefill keeps is far off."""
+    p = decode_problem(seed, 1, [16, 7, 1], input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("softcap_window")
+def _softcap_window(seed):
+    """Gemma 2's local layers at decode: the cap (4, inputs x3) beside a sliding window of 6
+    keys whose boundary falls inside each cache, two rows per batch (lengths 16, 11, 5)."""
+    p = decode_problem(seed, 2, [16, 11, 5], window=6, input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("sinks_window")
+def _sinks_window(seed):
+    """gpt-oss's decode step: sinks (one logit per head in the denominator) beside a sliding
+    window of 6 keys inside caches filled to 16, 11 and 5, two rows per batch, GQA (two
+    key/value heads): a decode path without the sink sums its weights to 1."""
+    p = decode_problem(seed, 2, [16, 11, 5], K=2, window=6, input_scale=2.0)
+    return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 2).standard_normal(DH))
+
+
+@case("value_width_mqa")
+def _value_width_mqa(seed):
+    """Latent attention's decode step (DeepSeek's MLA: one shared key/value head, values
+    narrower than the keys): value heads of width 4 over query/key heads of width 8 (E = 32),
+    one key/value head, two rows per batch against caches filled to 16, 9 and 3."""
+    return decode_problem(seed, 2, [16, 9, 3], K=1, E=32, value_head_dim=4)
+
+
+@case("alibi_few_rows")
+def _alibi_few_rows(seed):
+    """ALiBi at decode (BLOOM's and MPT's generation; FlashAttention's ``alibi_slopes`` with a
+    cache): -slope |pos - j|, three rows per batch at the end of caches filled to 16, 9 and 3,
+    each row at its absolute position offset[b] + i. Measured from row 0 (the offset
+    forgotten) the distances are off by the offset, and not by a row constant."""
+    p = decode_problem(seed, 3, [16, 9, 3])
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(DH), "distance"))
+
+
+@case("rel_t5_one_row")
+def _rel_t5_one_row(seed):
+    """T5's decoder at a generation step: its one-directional relative table (16 buckets,
+    max_distance 12) read at the distance j - pos of one row per batch, at its offset (lengths
+    16, 7, 1, no lengths past them): exact, log-spaced and clamped distances in one row."""
+    p = decode_problem(seed, 1, [16, 7, 1])
+    table = 1.5 * np.random.default_rng(seed + 2).standard_normal((DH, 16))
+    return dataclasses.replace(p, rel_bias=RelBias(table, "t5", False, 12))

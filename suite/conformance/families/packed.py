@@ -24,6 +24,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem, seq_lens
+from suite.spec.variants import Alibi, RelBias, alibi_slopes
 
 FAMILY = "packed"
 # E = 32 over H = 4 heads: D = 8, the smallest head width SDPA's fused CPU kernels take for
@@ -42,7 +43,7 @@ def segments_of(rows: Sequence[Sequence[int]]) -> np.ndarray:
 
 def packed_problem(seed: int, rows: Sequence[Sequence[int]], causal: bool = False,
                    K: Optional[int] = None, window: Optional[int] = None,
-                   self_attention: bool = True) -> Problem:
+                   self_attention: bool = True, input_scale: float = 1.0) -> Problem:
     """Attention over rows packed with sequences of the given lengths (one input for query,
     key and value unless ``self_attention`` is False); ``window``: token i also sees only
     keys j > i - window (within its sequence)."""
@@ -53,7 +54,8 @@ def packed_problem(seed: int, rows: Sequence[Sequence[int]], causal: bool = Fals
         i = np.arange(L)
         allowed = (i[None, :] > i[:, None] - window)[None, None]  # (1, 1, L, L)
     return make_problem(seed, B, L, L, PE, PH, K, self_attention=self_attention,
-                        mask=Mask(causal=causal, allowed=allowed, segments=seg))
+                        mask=Mask(causal=causal, allowed=allowed, segments=seg),
+                        input_scale=input_scale)
 
 
 @case("loud_neighbour")
@@ -152,3 +154,37 @@ def _agrees_with_padded(seed):
     tokens with key padding: one module's two paths (cumulative lengths or document ids vs
     an attention mask) give each sequence the same rows."""
     return packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True)
+
+
+# --- score variants in packed sequences (issue 50) --------------------------------------------
+@case("softcap_causal_docs")
+def _softcap_causal_docs(seed):
+    """Gemma 2 trained padding-free: cap 4 on logits up to ~10 (inputs x3), causal sequences
+    5+7 and 3+4+5."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("sinks_causal_docs")
+def _sinks_causal_docs(seed):
+    """gpt-oss padding-free: sinks in every sequence's softmax, causal sequences 6+6 and
+    2+10, GQA (two key/value heads)."""
+    p = packed_problem(seed, [[6, 6], [2, 10]], causal=True, K=2, input_scale=2.0)
+    return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 2).standard_normal(PH))
+
+
+@case("alibi_docs")
+def _alibi_docs(seed):
+    """ALiBi in packed sequences (-slope |i - j|, each sequence's positions from 0), not
+    causal, sequences 5+7 and 3+4+5: keys on both sides of a row, inside its sequence."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]])
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(PH), "distance"))
+
+
+@case("rel_t5_docs")
+def _rel_t5_docs(seed):
+    """T5's encoder packed: its bidirectional table (16 buckets, max_distance 8) at each
+    pair's distance inside its sequence (8+4 and 3+9)."""
+    p = packed_problem(seed, [[8, 4], [3, 9]])
+    table = 1.5 * np.random.default_rng(seed + 2).standard_normal((PH, 16))
+    return dataclasses.replace(p, rel_bias=RelBias(table, "t5", True, 8))

@@ -34,6 +34,7 @@ from suite.conformance.families.declare import family
 from suite.conformance.families.decode import decode_problem
 from suite.spec.paging import Paging, blocks_used, lengths_of
 from suite.spec.problem import Mask, Problem
+from suite.spec.variants import Alibi, alibi_slopes
 
 FAMILY = "paged"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -205,3 +206,30 @@ def _agrees_with_unpaged(seed):
     sequence 2 sharing sequence 0's first block, and the same problem unpaged: one module's
     paged and contiguous caches give every sequence the same rows."""
     return paged_decode(seed, 2, [15, 10, 6], 5, shared=[(2, 0, 1)])
+
+
+# --- score variants over a paged cache (issue 50) ---------------------------------------------
+@case("softcap_one_row")
+def _softcap_one_row(seed):
+    """Gemma 2 served from a paged cache (vLLM's and FlashInfer's ``logits_soft_cap``): cap 4
+    on logits up to ~10 (inputs x3), one row per sequence (lengths 16, 7, 1) over shuffled
+    blocks of 4."""
+    p = paged(decode_problem(seed, 1, [16, 7, 1], input_scale=3.0), seed, 4)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("sinks_gqa")
+def _sinks_gqa(seed):
+    """gpt-oss served from a paged cache: sinks, two key/value heads for four query heads,
+    two rows per sequence (lengths 12, 16, 3) on pages of 3."""
+    p = paged(decode_problem(seed, 2, [12, 16, 3], K=2, input_scale=2.0), seed, 3)
+    return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 4).standard_normal(4))
+
+
+@case("alibi_rows_at_offsets")
+def _alibi_rows_at_offsets(seed):
+    """ALiBi over a paged cache (vLLM's ``alibi_slopes``): -slope |pos - j|, two rows per
+    sequence at offsets 3, 8 and 0 inside caches filled to 16, 11 and 7 (pages of 4): each
+    row's distances from its own position, not from the cache's end or from 0."""
+    p = paged(decode_problem(seed, 2, [16, 11, 7], [3, 8, 0]), seed, 4)
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(4), "distance"))
