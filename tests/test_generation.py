@@ -15,6 +15,9 @@ from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
          "window_in_cache", "gqa_cache", "agrees_with_prefill")
+# with a score variant (issue 50): Gemma 2's cap, gpt-oss's sinks beside its window
+VARIANT_NAMES = ("softcap_steps", "sinks_window_steps", "softcap_agrees_with_prefill",
+                 "alibi_steps", "alibi_key_steps")
 
 
 def _run(impl, name: str, dtype: str = "float64") -> Outcome:
@@ -27,7 +30,7 @@ def _planted():
 
 def test_the_family_has_its_cases_and_every_problem_is_valid():
     cases = {c.name: c for c in catalog.of_family("generation")}
-    assert set(cases) == set(NAMES)
+    assert set(cases) == set(NAMES + VARIANT_NAMES)
     for c in cases.values():
         p = c.problem()
         assert p.steps is not None and sum(p.steps) == p.L == p.S and p.mask.causal
@@ -38,9 +41,44 @@ def test_the_family_has_its_cases_and_every_problem_is_valid():
 def test_the_numpy_reference_passes_every_step(dtype):
     from implementations.numpy.mha import NumpyMHA
 
-    for name in NAMES:
+    for name in NAMES + VARIANT_NAMES:
         out = _run(NumpyMHA(), name, dtype)
         assert out.outcome == "pass", (name, out.reason)
+
+
+def test_steps_whose_alibi_starts_at_the_chunk_s_row_0_fail_the_distance_case():
+    """ALiBi measured from each chunk's own row 0 (the decode step's row index, not its
+    position): the prefill is right, every step after it wrong under the distance
+    convention; under BLOOM's key convention a row constant that softmax cancels."""
+    from implementations.numpy.mha import NumpyMHA
+
+    class StepsAlibiAtZero(NumpyMHA):
+        name = "bug.steps_alibi_at_zero"
+
+        def positions(self, align, L, S, mask):
+            return super().positions(align, L, S, mask.replace(query_offset=None))
+
+    out = _run(StepsAlibiAtZero(), "alibi_steps", "float32")
+    assert out.outcome == "fail" and "first wrong at step 2 of 5" in out.reason, out.reason
+    assert _run(StepsAlibiAtZero(), "alibi_key_steps", "float32").outcome == "pass"
+    assert _run(StepsAlibiAtZero(), "prefill_then_steps", "float32").outcome == "pass"
+
+
+def test_decode_steps_that_drop_the_cap_fail_the_capped_cases_and_pass_the_rest():
+    """A module that soft-caps its prefill and drops the cap at its decode steps: the
+    oracle fails it at step 2 of softcap_steps, its own prefill disagrees with its steps
+    (softcap_agrees_with_prefill), and every other case, prefill ones with a cap included,
+    passes (before issue 50 no generation case carried a cap: it passed them all)."""
+    bug = _planted().StepsDropCap()
+    for name in NAMES + VARIANT_NAMES:
+        out = _run(bug, name, "float32")
+        assert (out.outcome == "fail") == ("softcap" in name), (name, out.outcome, out.reason)
+    assert "first wrong at step 2 of 5" in _run(bug, "softcap_steps").reason
+    agree = _run(bug, "softcap_agrees_with_prefill", "float32")
+    assert agree.reason.startswith("decode steps vs the module's own prefill") \
+        and "(step 1 of 5" not in agree.reason, agree.reason  # the worst step, not the prefill
+    out = run_catalog_case(bug, "variants", "softcap_self_causal_padding", "float32")
+    assert out.outcome == "pass", out.reason
 
 
 def test_a_cache_appended_twice_fails_after_its_first_chunk():

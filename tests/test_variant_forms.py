@@ -44,7 +44,8 @@ NUMPY = {  # plugin: (the variant's prefill cases, {family: the cases it must fa
         "decode": {"sinks_window"}, "paged": {"sinks_gqa"}}),
     decode_planted.AlibiAtZero: ("alibi", {
         "decode": {"alibi_few_rows", "rel_t5_one_row"}, "paged": {"alibi_rows_at_offsets"}}),
-    packed_planted.PackedDropsCap: ("softcap", {"packed": {"softcap_causal_docs"}}),
+    packed_planted.PackedDropsCap: ("softcap", {
+        "packed": {"softcap_causal_docs", "softcap_agrees_with_padded"}}),
 }
 
 
@@ -82,3 +83,8 @@ def test_torch_planted_decoders_fail_the_new_decode_cases_only():
                 {"decode": {"softcap_one_row", "softcap_window"}}, ("decode",))
     _fails_only(torch_planted.TorchAlibiAtZero, "alibi",
                 {"decode": {"alibi_few_rows", "rel_t5_one_row"}}, ("decode",))
+
+
+def test_a_packed_path_without_the_cap_disagrees_with_its_own_padded_path():
+    out = _run(packed_planted.PackedDropsCap(), "packed", "softcap_agrees_with_padded")
+    assert out.outcome == "fail" and out.reason.startswith("packed vs padded"), out.reason

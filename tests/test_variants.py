@@ -245,8 +245,8 @@ def test_packed_positions_restart_in_each_sequence():
 
 
 def test_position_variants_beside_the_forms_are_posed_and_checked():
-    """ALiBi and a table beside an offset or segments validate (top_left: the form places
-    the rows); bottom_right there, a score_mod there, or any beside steps is refused by name."""
+    """ALiBi and a table beside an offset, segments or steps validate (top_left: the form
+    places the rows); bottom_right there or a score_mod there is refused by name."""
     p = catalog.get("decode", "alibi_few_rows").problem()
     with pytest.raises(InputError, match="alibi.align"):
         dataclasses.replace(p, alibi=dataclasses.replace(p.alibi, align="bottom_right")
@@ -256,6 +256,9 @@ def test_position_variants_beside_the_forms_are_posed_and_checked():
     q = catalog.get("packed", "alibi_docs").problem()
     with pytest.raises(InputError, match="mask.segments: expected no score_mod"):
         dataclasses.replace(q, score_mod=SCORE_MODS["tanh_gate"]).validate()
+    g = catalog.get("generation", "alibi_steps").problem()
+    with pytest.raises(InputError, match="steps: expected no score_mod"):
+        dataclasses.replace(g, score_mod=SCORE_MODS["tanh_gate"]).validate()
 
 
 def test_an_infinite_score_under_a_cap_is_finite():

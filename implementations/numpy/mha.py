@@ -107,7 +107,12 @@ class NumpyCore(Implementation):
                                                 self.cache_write):
             rows = np.full(bias.shape[:2] + (end - start, kc.shape[2]), -np.inf, bias.dtype)
             rows[..., :end] = bias[:, :, start:end, :end]  # slots past the sequence: masked
-            h, _ = self.attend(q[:, :, start:end], kc, vc, mask.replace(bias=rows), scale, False)
+            # the chunk's rows sit at positions start.. (ALiBi and the table read them)
+            v = mask.variants
+            at = np.full(q.shape[0], start) if v is not None and (
+                v.alibi is not None or v.rel_bias is not None) else None
+            h, _ = self.attend(q[:, :, start:end], kc, vc,
+                               mask.replace(bias=rows, query_offset=at), scale, False)
             heads.append(h)
         return np.concatenate(heads, axis=2)
 

@@ -277,6 +277,10 @@ class TorchCore(Implementation):
             bias[..., :end] = mask.bias[:, :, start:end, :end]
             rows = mask.replace(bias=bias, allowed=allowed, causal_only=False,
                                 dead_keys=~allowed.any(dim=-2).unsqueeze(-1))
+            if mask.variants is not None and (mask.variants.alibi is not None
+                                              or mask.variants.rel_bias is not None):
+                # the chunk's rows sit at positions start.. (ALiBi and the table read them)
+                rows = rows.replace(query_offset=np.full(q.shape[0], start))
             h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
             heads.append(h)
         return torch.cat(heads, dim=2)

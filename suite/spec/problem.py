@@ -264,19 +264,11 @@ def variant_positions(p: Problem, align: str) -> Tuple[np.ndarray, np.ndarray]:
     return token_positions(align, p.L, p.S, m.query_offset, m.segments)
 
 
-def _no_position_variants(p: Problem, argument: str) -> None:
-    """No variant that reads a token's position (alibi, rel_bias, score_mod) beside
-    ``argument``, a form whose rows are not at positions 0..L-1 of one sequence."""
-    for name in ("alibi", "rel_bias", "score_mod"):
-        _expect(getattr(p, name) is None, argument,
-                "no position-dependent variant (alibi, rel_bias, score_mod) beside it yet",
-                f"{name} set")
-
-
 def _positions_at(p: Problem, argument: str) -> None:
-    """Beside ``argument`` (an offset or packed form) ALiBi and the relative table read
-    absolute positions (``variant_positions``): their ``align`` must be top_left (the form
-    places the rows); a score_mod, whose i and j are row and slot indices, is not posed
+    """Beside ``argument`` (an offset, packed or generation form) ALiBi and the relative
+    table read absolute positions (``variant_positions``; a generation problem's chunks are
+    rows of one causal problem, at positions 0..L-1): their ``align`` must be top_left (the
+    form places the rows); a score_mod, whose i and j are row and slot indices, is not posed
     there yet."""
     _expect(p.score_mod is None, argument,
             "no score_mod beside it yet (its i, j are row and slot indices, not positions)",
@@ -298,7 +290,7 @@ def _validate_steps(p: Problem) -> None:
     _expect(p.S == L and p.mask.causal and p.mask.query_offset is None, "steps",
             "a causal self-attention problem (L = S, no query_offset): a generating "
             "module's chunks", f"L={L}, S={p.S}, causal={p.mask.causal}")
-    _no_position_variants(p, "steps")  # a chunk's rows are later positions
+    _positions_at(p, "steps")  # a chunk's rows sit at their absolute positions
     if p.cache_len is not None:
         _expect(_is_int(p.cache_len) and p.cache_len >= L, "cache_len",
                 f"an int >= L={L} (a static cache holds the whole sequence)", repr(p.cache_len))

@@ -1,6 +1,8 @@
 """Planted generating modules on the NumPy reference, each with one cache bug: the
 generation family must fail each at the steps where it goes wrong, and the reference pass."""
 
+import dataclasses
+
 from implementations.numpy.mha import NumpyMHA
 
 
@@ -40,3 +42,25 @@ class WrittenOneLate(NumpyMHA):
         kc[:, :, start + 1:start + 1 + n] = k[:, :, :n]
         vc[:, :, start + 1:start + 1 + n] = v[:, :, :n]
         return kc, vc
+
+
+class StepsDropCap(NumpyMHA):
+    """Soft-caps its prefill (the first chunk) and drops the cap at every decode step after
+    it (issue 50: a decode path written after the prefill one, without the variant)."""
+
+    name = "bug.steps_drop_cap"
+    _chunk = None
+
+    def attend_in_steps(self, q, k, v, mask, scale, p):
+        self._chunk = 0
+        try:
+            return super().attend_in_steps(q, k, v, mask, scale, p)
+        finally:
+            self._chunk = None
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if self._chunk is not None:
+            self._chunk += 1
+            if self._chunk > 1 and mask.variants is not None:
+                mask = mask.replace(variants=dataclasses.replace(mask.variants, softcap=None))
+        return super().attend(q, k, v, mask, scale, need_weights)

@@ -12,7 +12,11 @@ decoding), a static cache longer than every sequence, the offsets alone (a cache
 later tokens: only causality at the offset hides them), rows past their cache's length
 (only the lengths hide its unfilled slots: in every other case with lengths the rows end at
 the cache's last filled slot, where causality hides them too), a sliding window whose boundary
-falls inside the cache, GQA and MQA caches, and a chunk of prefill at an offset.
+falls inside the cache, GQA and MQA caches, and a chunk of prefill at an offset. With a score
+variant (issue 50), as the models that decode with one: Gemma 2's cap (alone and beside a
+window), gpt-oss's sinks beside a window, latent attention's narrower values over one
+key/value head, ALiBi (``distance``) and T5's decoder table read at each row's absolute
+position offset[b] + i.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """

@@ -10,7 +10,9 @@ Cases: a prefill then single steps, one token at a time from an empty cache, a c
 prefill, a static cache longer than the sequence (``Problem.cache_len``, feature
 ``static_cache``), a sliding window whose boundary falls inside the cache (given as the
 ``local_window+causal_flag`` mask form to a plugin that declares it, as a sliding-window
-model's config takes it), and a grouped-query cache.
+model's config takes it), and a grouped-query cache; with a score variant (issue 50):
+Gemma 2's cap (and its steps against its own prefill), gpt-oss's sinks beside a window,
+ALiBi at each step's absolute position, and BLOOM's own ALiBi.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -24,6 +26,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
+from suite.spec.variants import Alibi, alibi_slopes
 
 FAMILY = "generation"
 GB, GE, GH = 2, 16, 4  # batch, width, heads (D = 4)
@@ -35,7 +38,8 @@ BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in or
 
 
 def generation_problem(seed: int, steps: Sequence[int], cache_len: Optional[int] = None,
-                       K: Optional[int] = None, window: Optional[int] = None) -> Problem:
+                       K: Optional[int] = None, window: Optional[int] = None,
+                       input_scale: float = 1.0) -> Problem:
     """A causal self-attention problem of L = sum(steps) tokens computed in ``steps``."""
     L = int(sum(steps))
     allowed = None
@@ -43,7 +47,7 @@ def generation_problem(seed: int, steps: Sequence[int], cache_len: Optional[int]
         i = np.arange(L)
         allowed = (i[None, :] > i[:, None] - window)[None, None]
     p = make_problem(seed, GB, L, L, GE, GH, K, self_attention=True,
-                     mask=Mask(causal=True, allowed=allowed))
+                     mask=Mask(causal=True, allowed=allowed), input_scale=input_scale)
     return dataclasses.replace(p, steps=tuple(int(n) for n in steps), cache_len=cache_len)
 
 
@@ -119,3 +123,49 @@ def _agrees_with_prefill(seed):
     """A prefill of 5 tokens and 4 single steps, and the same 9 tokens in one call: a
     module's decode path computes what its prefill path does (#40 item 6)."""
     return generation_problem(seed, (5, 1, 1, 1, 1))
+
+
+# --- score variants through a module's own cache (issue 50) -----------------------------------
+@case("softcap_steps")
+def _softcap_steps(seed):
+    """Gemma 2 generating: cap 4 on logits up to ~10 (inputs x3), a prefill of 6 tokens and 4
+    single steps through the module's cache."""
+    p = generation_problem(seed, (6, 1, 1, 1, 1), input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("sinks_window_steps", judge=_window_judge)
+def _sinks_window_steps(seed):
+    """gpt-oss generating with its sliding-window layers: sinks beside a window of 4 tokens,
+    a prefill of 6 and 5 steps, two key/value heads (the window as the model's config takes
+    it, to a plugin that declares that form)."""
+    p = generation_problem(seed, (6,) + (1,) * 5, K=2, window=WINDOW, input_scale=2.0)
+    return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 2).standard_normal(GH))
+
+
+@case("softcap_agrees_with_prefill", judge=_judge_prefill)
+def _softcap_agrees_with_prefill(seed):
+    """``agrees_with_prefill`` with Gemma 2's cap (4, inputs x3): a module whose decode path
+    drops the cap its prefill keeps disagrees with itself, whatever the oracle says."""
+    p = generation_problem(seed, (5, 1, 1, 1, 1), input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("alibi_steps")
+def _alibi_steps(seed):
+    """ALiBi through a generating module's cache (-slope |i - j|, FlashAttention's
+    ``alibi_slopes`` as MPT-style decoders generate with it): a prefill of 5 and 4 single
+    steps, each step's row at its absolute position. A step whose ALiBi is measured from the
+    chunk's own row 0 sees its keys at the wrong distances (not a row constant)."""
+    p = generation_problem(seed, (5, 1, 1, 1, 1))
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(GH), "distance"))
+
+
+@case("alibi_key_steps")
+def _alibi_key_steps(seed):
+    """BLOOM generating: its own ALiBi (slope * j, the paper's slopes for H = 4), a prefill
+    of 4, then 3 single steps and a chunk of 2: the form BloomModel runs with its own cache
+    (under a causal softmax every convention is the same up to a row constant, so this case
+    checks that the bias is there at every step, not where a step places its rows)."""
+    p = generation_problem(seed, (4, 1, 1, 1, 2))
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(GH), "key"))

@@ -10,7 +10,9 @@ sequence, or a sequence boundary off by one, fails. Cases: two or three sequence
 with and without causality, sequences of one token, a loud neighbour (a sequence whose keys
 and values are a thousand times larger: a leak into the next one is far off), one sequence
 a row (the packed form of plain attention), GQA and MQA, and a sliding window inside each
-sequence.
+sequence; with a score variant (issue 50): Gemma 2's cap (and the packed and padded paths
+agreeing under it), gpt-oss's sinks, ALiBi and T5's encoder table at each pair's distance
+within its sequence.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -188,3 +190,11 @@ def _rel_t5_docs(seed):
     p = packed_problem(seed, [[8, 4], [3, 9]])
     table = 1.5 * np.random.default_rng(seed + 2).standard_normal((PH, 16))
     return dataclasses.replace(p, rel_bias=RelBias(table, "t5", True, 8))
+
+
+@case("softcap_agrees_with_padded", judge=_judge_padded)
+def _softcap_agrees_with_padded(seed):
+    """``agrees_with_padded`` with Gemma 2's cap (4, inputs x3): a module whose packed path
+    drops the cap its padded path keeps disagrees with itself, whatever the oracle says."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)

@@ -16,7 +16,8 @@ rows at offsets inside the cache (causality at the offset hides the later tokens
 per sequence masked by its length alone, no causal mask (vLLM's form), so that only the
 length hides the tail of a sequence's last page (garbage, or another sequence's tokens in a
 shared block); and one module's paged and unpaged reads of one cache agreeing
-(``agrees_with_unpaged``). The plugin is handed the pool as the only copy of the cache
+(``agrees_with_unpaged``); with a score variant (issue 50): a cap, sinks with GQA, and ALiBi at
+rows inside the cache. The plugin is handed the pool as the only copy of the cache
 (``suite.spec.paging.pool_only``): the logical key and value it also gets hold garbage.
 
 A plugin without ``paged`` reports every case unsupported (``suite.spec.paging`` says why).
