@@ -88,3 +88,20 @@ def test_torch_planted_decoders_fail_the_new_decode_cases_only():
 def test_a_packed_path_without_the_cap_disagrees_with_its_own_padded_path():
     out = _run(packed_planted.PackedDropsCap(), "packed", "softcap_agrees_with_padded")
     assert out.outcome == "fail" and out.reason.startswith("packed vs padded"), out.reason
+
+
+def test_torch_flex_reads_each_batch_s_offset_in_its_score_mod(monkeypatch):
+    """torch.flex runs ALiBi at decode natively: its score_mod adds the bias at each row's
+    absolute position (the batch's offset, as its decode block mask reads it); the same
+    adapter with the positions taken from row 0 fails the case, and the cap, which reads no
+    position, still passes its decode case that way. One compile per case (seconds)."""
+    pytest.importorskip("torch")
+    from implementations.torch import compiled as tc
+
+    assert _run(tc.TorchFlex(), "decode", "alibi_few_rows").outcome == "pass"
+    right = tc._variant_mods
+    monkeypatch.setattr(tc, "_variant_mods",
+                        lambda variants, L, S, mask=None: right(variants, L, S, None))
+    out = _run(tc.TorchFlex(), "decode", "alibi_few_rows")
+    assert out.outcome == "fail", out.reason
+    assert _run(tc.TorchFlex(), "decode", "softcap_one_row").outcome == "pass"
