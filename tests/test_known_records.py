@@ -242,28 +242,39 @@ class RaisesOnCausal(NumpyMHA):
 """
 
 
-@pytest.mark.parametrize("raises,outcome", [("", "error"), ("old release.s constructor", "known_failure"),
-                                            ("something else", "error")])
-def test_a_record_covers_an_error_only_where_its_raises_matches(tmp_path, raises, outcome):
-    """#52: a record turned a construction TypeError into its own wrong answer."""
+def _causal_record(names: str) -> str:
+    """GOOD's record, listing ``names`` on masking/causal in float32 with no condition."""
+    return GOOD.replace('"mine.kernel[fast]"', f'"{names}"').replace(
+        'dtype = ["float16", "bfloat16"]', 'dtype = "float32"').replace(
+        'cases = ["masking/fully_masked_*", "test_random_shapes"]', 'cases = "masking/causal"'
+    ).replace('condition = "torch>=2.4,<2.5; isa=avx2"\n', "")
+
+
+def _check_causal(tmp_path, records: str):
+    """bug.raises_on_causal's masking/causal under ``records``: (the run, its record)."""
     import json
 
     from tests.conftest import run_cli
 
-    (tmp_path / "plugin.py").write_text(RAISES_PLUGIN)
-    record = GOOD.replace('"mine.kernel[fast]"', '"bug.raises_on_causal"').replace(
-        'dtype = ["float16", "bfloat16"]', 'dtype = "float32"').replace(
-        'cases = ["masking/fully_masked_*", "test_random_shapes"]', 'cases = "masking/causal"'
-    ).replace('condition = "torch>=2.4,<2.5; isa=avx2"\n', "")
-    if raises:
-        record += f"raises = '{raises}'\n"
-    known = _write(tmp_path, record)
+    known = _write(tmp_path, records)
     done = run_cli("check", "--plugin", str(tmp_path / "plugin.py"), "--impl",
                    "bug.raises_on_causal", "--dtype", "float32", "-k", "masking/causal]",
                    "--workers", "0", "--known-failures", str(known),
                    "--json", str(tmp_path / "c.json"))
     (rec,) = [r for r in json.loads((tmp_path / "c.json").read_text())["results"]
               if r["case"] == "causal"]
+    return done, rec
+
+
+@pytest.mark.parametrize("raises,outcome", [("", "error"), ("old release.s constructor", "known_failure"),
+                                            ("something else", "error")])
+def test_a_record_covers_an_error_only_where_its_raises_matches(tmp_path, raises, outcome):
+    """#52: a record turned a construction TypeError into its own wrong answer."""
+    (tmp_path / "plugin.py").write_text(RAISES_PLUGIN)
+    record = _causal_record("bug.raises_on_causal")
+    if raises:
+        record += f"raises = '{raises}'\n"
+    done, rec = _check_causal(tmp_path, record)
     assert rec["outcome"] == outcome, rec["reason"]
     assert "old release's constructor" in rec["reason"]
     if outcome == "error":
@@ -276,25 +287,12 @@ def test_two_records_of_one_case_for_two_errors_each_cover_their_own(tmp_path):
     """A case listed by two records (one library error each, as hf.model.gemma2[flex]'s
     contract has a CppCompileError record and a soft-cap recompile one): the error is covered
     by the record whose raises matches it, not reported as uncovered by the first listed."""
-    import json
-
-    from tests.conftest import run_cli
-
     (tmp_path / "plugin.py").write_text(RAISES_PLUGIN)
-    one = GOOD.replace('"mine.kernel[fast]"', '"bug.raises_*"').replace(
-        'dtype = ["float16", "bfloat16"]', 'dtype = "float32"').replace(
-        'cases = ["masking/fully_masked_*", "test_random_shapes"]', 'cases = "masking/causal"'
-    ).replace('condition = "torch>=2.4,<2.5; isa=avx2"\n', "") + "raises = 'CppCompileError'\n"
+    one = _causal_record("bug.raises_*") + "raises = 'CppCompileError'\n"
     two = one.replace('"bug.raises_*"', '"bug.raises_on_causal"').replace(
         'name = "planted"', 'name = "planted-too"').replace(
         '"a planted bug"', '"the second record"').replace("CppCompileError", "old release")
-    known = _write(tmp_path, one + two)
-    done = run_cli("check", "--plugin", str(tmp_path / "plugin.py"), "--impl",
-                   "bug.raises_on_causal", "--dtype", "float32", "-k", "masking/causal]",
-                   "--workers", "0", "--known-failures", str(known),
-                   "--json", str(tmp_path / "c.json"))
-    (rec,) = [r for r in json.loads((tmp_path / "c.json").read_text())["results"]
-              if r["case"] == "causal"]
+    done, rec = _check_causal(tmp_path, one + two)
     assert rec["outcome"] == "known_failure", rec["reason"]
     assert rec["reason"].startswith("the second record"), rec["reason"]
     assert done.returncode == 0, done.stdout[-2000:]
