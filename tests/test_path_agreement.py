@@ -181,3 +181,40 @@ def test_a_sampled_run_gives_a_compiler_half_of_the_agreement_problems(monkeypat
     assert _judge(CompiledDropsCap(), "float32").outcome == "fail"  # the bug still shows
     monkeypatch.setattr(contracts, "SAMPLED", False)
     assert "within the bound on all 8 problems" in _judge(Compiled(), "float32").reason
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_decode_steps_that_drop_an_intrinsic_cap_disagree_with_the_module_s_prefill(dtype):
+    """Issue 50: the cap a module's config sets (the problem says nothing of it) kept by its
+    prefill and dropped at its decode steps. generation/agrees_with_prefill runs the module's
+    steps against its own one-call prefill: the pair disagrees from step 2 on; the module
+    that caps on both paths agrees with itself (bit for bit)."""
+    from implementations.numpy.mha import NumpyMHA
+    from tests.conftest import run_catalog_case
+
+    mod = _plugins()
+
+    class StepsDropCap(mod.CappedEager):
+        name = "paths.capped[steps_drop_cap]"
+        _chunk = None
+
+        def attend_in_steps(self, q, k, v, mask, scale, p):
+            self._chunk = 0
+            try:
+                return super().attend_in_steps(q, k, v, mask, scale, p)
+            finally:
+                self._chunk = None
+
+        def attend(self, q, k, v, mask, scale, need_weights):
+            if self._chunk is not None:
+                self._chunk += 1
+                if self._chunk > 1:  # a decode step: the plain kernel, without the cap
+                    return NumpyMHA.attend(self, q, k, v, mask, scale, need_weights)
+            return super().attend(q, k, v, mask, scale, need_weights)
+
+    out = run_catalog_case(StepsDropCap(), "generation", "agrees_with_prefill", dtype)
+    assert out.outcome == "fail", out.reason
+    assert out.reason.startswith("decode steps vs the module's own prefill") \
+        and "(step 1 of 5" not in out.reason, out.reason
+    fixed = run_catalog_case(mod.CappedEager(), "generation", "agrees_with_prefill", dtype)
+    assert fixed.outcome == "pass", fixed.reason
