@@ -271,6 +271,17 @@ def _bias_masked_rows(p: Problem) -> np.ndarray:
     return by_bool & ~_allowed(p).any(-1, keepdims=True)
 
 
+def _causal_emptied_rows(p: Problem) -> np.ndarray:
+    """(B, L, 1): query rows with no key to attend in any head that the mask without its
+    causal part leaves a key in every head (a refinement of fully_masked_rows)."""
+    if not p.mask.causal:
+        return np.zeros((p.B, p.L, 1), bool)
+    dead = ~_allowed(p).any(-1)  # (B, H, L)
+    uncausal = dataclasses.replace(p, mask=dataclasses.replace(p.mask, causal=False))
+    alive = _allowed(uncausal).any(-1)  # (B, H, L)
+    return (dead.all(1) & alive.all(1))[..., None]
+
+
 def _nonfinite_kv(p: Problem) -> np.ndarray:
     """(B, S): key or value positions holding NaN or inf."""
     return ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))
@@ -304,6 +315,8 @@ def behaviours(p: Problem) -> List[str]:
         out.append("query_padded_rows")
     if _bias_masked_rows(p).any():
         out.append("bias_masked_rows")
+    if _causal_emptied_rows(p).any():
+        out.append("causal_emptied_rows")
     bad = _nonfinite_kv(p)
     # NaN or inf in a key or value position that some row may not attend (padding, or
     # above a causal diagonal): the spec says those rows do not see it.
@@ -334,24 +347,30 @@ def _nan_readers(p: Problem) -> np.ndarray:
 def _comparisons(p: Problem, res: Result, dtype: str, with_weights: bool,
                  fully_masked: str = "zero", nan_confined: bool = False,
                  bias_masked_nan: bool = False, nan_query_zero: bool = False,
-                 query_padded: str = "zero", dots: Optional[str] = None) -> List[Comparison]:
+                 query_padded: str = "zero", dots: Optional[str] = None,
+                 causal_emptied: Optional[str] = None) -> List[Comparison]:
     """Output (and weights) against the oracle; ``fully_masked``, ``nan_confined``,
     ``bias_masked_nan``, ``nan_query_zero`` and ``query_padded`` apply declared policies to
     the reference instead of the spec. ``fully_masked`` holds for the rows with no key
-    except those a query-lengths form pads, which follow ``query_padded``. ``dots`` (a
-    float32_dots policy) is how the baselines' float32 products take their operands."""
+    except those a query-lengths form pads, which follow ``query_padded``, and, where
+    ``causal_emptied`` is given, those the causal part alone empties, which follow it.
+    ``dots`` (a float32_dots policy) is how the baselines' float32 products take their
+    operands."""
     ref_out, ref_w = oracle.oracle(p, fully_masked)
     naive = oracle.baselines(p, dtype, fully_masked, dots)
     model_out, model_w = oracle.first_order(p, dtype, fully_masked, dots)
     padded = _query_padded_rows(p)  # (B, L, 1); padded in every head
-    if padded.any() and query_padded != fully_masked:  # each row from its own policy
-        q_out, q_w = oracle.oracle(p, query_padded)
-        ref_out, ref_w = np.where(padded, q_out, ref_out), np.where(padded[:, None], q_w, ref_w)
-        naive = [(np.where(padded, qn[0], n[0]), np.where(padded[:, None], qn[1], n[1]))
-                 for n, qn in zip(naive, oracle.baselines(p, dtype, query_padded, dots))]
-        q_model_out, q_model_w = oracle.first_order(p, dtype, query_padded, dots)
-        model_out = np.where(padded, q_model_out, model_out)
-        model_w = np.where(padded[:, None], q_model_w, model_w)
+    emptied = _causal_emptied_rows(p) & ~padded if causal_emptied else padded & False
+    for rows, own in ((padded, query_padded), (emptied, causal_emptied)):
+        if not rows.any() or own == fully_masked:
+            continue
+        q_out, q_w = oracle.oracle(p, own)  # each row from its own policy
+        ref_out, ref_w = np.where(rows, q_out, ref_out), np.where(rows[:, None], q_w, ref_w)
+        naive = [(np.where(rows, qn[0], n[0]), np.where(rows[:, None], qn[1], n[1]))
+                 for n, qn in zip(naive, oracle.baselines(p, dtype, own, dots))]
+        q_model_out, q_model_w = oracle.first_order(p, dtype, own, dots)
+        model_out = np.where(rows, q_model_out, model_out)
+        model_w = np.where(rows[:, None], q_model_w, model_w)
     if nan_query_zero:  # nan_query_rows=zero: those output rows are the output bias
         rows = _nonfinite_query_rows(p)
         ref_out = _zero_rows(p, rows, ref_out)[0]
@@ -436,7 +455,7 @@ def _classify(impl: Implementation, out: Outcome, p: Problem, res: Result,
                           policy_of.get("fully_masked_rows", "zero"), "nan_padding" in policy_of,
                           "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of,
                           policy_of.get("query_padded_rows", "zero"),
-                          policy_of.get("float32_dots"))
+                          policy_of.get("float32_dots"), policy_of.get("causal_emptied_rows"))
     said = "; ".join([d.describe(b) for b, d in declared.items()]
                      + [kb.describe() for kb in known])
     broken = [c for c in policy if not c.passed]

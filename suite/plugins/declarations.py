@@ -73,6 +73,15 @@ POLICIES: Dict[str, Dict[str, str]] = {
                        "the values",
         "unmasked": "the row attends as if nothing were masked",
     },
+    "causal_emptied_rows": {  # a query row the causal mask alone leaves without a key
+        # (bottom-right alignment with more queries than keys, a decode row before its
+        # cache's first key): a refinement of fully_masked_rows, which still holds for rows
+        # the other parts empty (and for these where this is not declared)
+        "mean_values": "the row the causal mask empties attends every key equally: its head "
+                       "output is the mean of the values (a causal fill of the most negative "
+                       "finite float instead of -inf); rows another mask part empties follow "
+                       "fully_masked_rows",
+    },
     "bias_masked_rows": {  # a query row whose every key a -inf additive bias masks (the
         # spec: a zero head output, as for a boolean mask; fully_masked_rows covers both)
         "nan": "the row's output is NaN: the -inf bias is added to the logits and the "
