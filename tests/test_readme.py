@@ -324,8 +324,14 @@ def test_hf_layer_generation_example_runs_the_layers_own_cache(cli, tmp_path):
     pytest.importorskip("transformers")
     code = _block_with("Testing your own module", "def new_cache")
     records = _run_example(cli, tmp_path, code, 24, "mine.llama_attention", "-k", "generation")
+    from suite.conformance.cases import by_family
+
     outcome = {r["case"]: r["outcome"] for r in records if r["family"] == "generation"}
-    assert len(outcome) == 7 and set(outcome.values()) == {"pass"}, outcome
+    # the plain cases pass; those carrying a score variant (#50) are unsupported: the layer
+    # declares none
+    want = {c.name: "unsupported" if c.problem().has_variants() else "pass"
+            for c in by_family()["generation"]}
+    assert outcome == want and list(want.values()).count("pass") >= 7, outcome
     wrong = code.replace("cache=mask.cache,", "cache=None,")
     assert wrong != code
     plugin = tmp_path / "no_cache.py"
