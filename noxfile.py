@@ -308,7 +308,9 @@ COMPAT_FRAMEWORKS = {
     # onnxruntime >= 1.23: 1.23 is the first with the ONNX Attention op (opset 23; opset 24 from
     # 1.24, measured: 1.22 refuses both), 1.27.0 the middle of 1.23..1.32.
     "onnxruntime": CompatFramework("onnx", "onnxruntime", ("onnxruntime.*",), ("1.24.1", "1.27.0")),
-    # onnx >= 1.18: the first with the Attention op (opset 23) in onnx.reference.
+    # onnx >= 1.19: onnx.reference's Attention (opset 23) from 1.18 reshapes 3-D inputs into
+    # heads without a transpose and takes only an (L, S) attn_mask (measured: 139 of 143 float32
+    # cases failed); 1.20.1 is the middle of 1.19..1.23.
     "onnx": CompatFramework("onnx", "onnx", ("onnx.reference*",), ("1.20.1",)),
     # openvino >= 2025.0: its ScaledDotProductAttention op and ov.convert_model of torch modules;
     # 2025.4.1 is the middle of 2025.0..2026.4.
