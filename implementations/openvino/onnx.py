@@ -49,8 +49,11 @@ class OpenVINOOnnx(OnnxAttentionCore, OpenVINORuntime):
         try:
             ov_model = self.core.read_model(model.SerializeToString(), b"")
         except RuntimeError as exc:  # an op this OpenVINO's ONNX frontend has no rule for
+            # ("No conversion rule"; 2025.0: "does not support the following ONNX operations:
+            # Attention")
             said = [line.strip() for line in str(exc).splitlines()
-                    if "No conversion rule" in line]
+                    if "No conversion rule" in line
+                    or "does not support the following ONNX operations" in line]
             if not said:
                 raise
             raise Unsupported(f"openvino {self.ov.get_version()} reads no such graph: "
