@@ -30,12 +30,9 @@ from suite.conformance.known_failures import (
 )
 from suite.plugins.interface import builtin_ancestors
 from suite.plugins.selection import Selection
+from suite.results.records import SavePeriod
 
 PLUGIN_NAME = "mha_suite_conformance_session"
-SAVE_EVERY_S = 5.0  # the results JSON is rewritten at most this often during a run
-# ... and at most this share of the run's time: a save rewrites every record (a 1,600-case
-# run's took 0.6 s), so a fixed period made the saves a sixth of a long run's time.
-SAVE_SHARE = 0.05
 # Family of the tests whose outcome names no family through a ``case`` parameter.
 MODULE_FAMILY = {"test_gradients": "gradients", "test_properties": "properties",
                  "test_hypothesis": "hypothesis"}
@@ -155,8 +152,7 @@ class ConformanceSession:
         self.bar = None
         self.task = None
         self.failed = 0
-        self.saved = -float("inf")  # the first finished case is saved at once
-        self.save_every = SAVE_EVERY_S  # grows with what a save costs (SAVE_SHARE)
+        self.period = SavePeriod()  # when the results file is next rewritten
         self.json_path: Optional[str] = config.getoption("--conformance-json")
         self._targets: Optional[list] = None
         self.interrupted: Optional[str] = None
@@ -390,7 +386,7 @@ class ConformanceSession:
                 self.passed.setdefault(value[0], value[1])
         if self.bar is not None:
             self.bar.update(self.task, advance=1, failed=self.failed)
-        if time.monotonic() - self.saved > self.save_every:
+        if self.period.due():
             self.save()  # a killed run keeps what it measured (Ctrl-C, SIGTERM: all of it)
 
     def save(self) -> None:
@@ -408,8 +404,7 @@ class ConformanceSession:
                                    f"{records.os_reason(exc)}")
                 if self.session is not None:
                     self.session.shouldstop = self.save_error
-        self.saved = time.monotonic()
-        self.save_every = max(SAVE_EVERY_S, (self.saved - started) / SAVE_SHARE)
+        self.period.saved(started)
 
     def declaration_errors(self) -> List[str]:
         """With --strict-declarations, what makes the run fail though every case passed: a

@@ -5,8 +5,9 @@ Like pytest-benchmark's ``BenchmarkSession(config)``: ``mha-suite sweep`` builds
 hands it to ``pytest.main`` as a plugin; the hooks below are its methods, and the test of a
 point (``suite.sweep.benchmarks.test_sweep``) reaches it through ``SweepSession.of(config)``.
 
-Results are pytest-benchmark JSON, merged into the results file (``suite.results.records``) after
-every finished point, with the points that could not be measured in
+Results are pytest-benchmark JSON, merged into the results file (``suite.results.records``) as
+points finish (the first at once, then at ``records.SavePeriod``'s pace; all of them on
+Ctrl-C, SIGTERM and at the end), with the points that could not be measured in
 ``mha_suite_not_measured``; a point is saved only once it finished, so an interrupted point
 is never recorded. ``--resume`` runs only the points not measured in the file.
 """
@@ -60,6 +61,7 @@ class SweepSession:
         self.started = time.perf_counter()
         self.peak_s = 0.0
         self.save_s = 0.0
+        self.period = records.SavePeriod()  # when the results file is next rewritten
         self.interrupted: Optional[str] = None
         self.save_error: Optional[str] = None  # the first failed save: the run stops there
         self.written: Optional[Path] = None  # the file saved into (this machine's own file
@@ -151,7 +153,8 @@ class SweepSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        self.save()
+        if self.period.due():
+            self.save()
         if self.progress is not None:
             self.progress.advance(self.task)
         if self.save_error:  # a full disk or a file-size limit: nothing more can be kept
@@ -182,11 +185,11 @@ class SweepSession:
         if self.progress is not None:
             self.progress.stop()
         if self.save_error:
-            print(f"mha-suite: error: {self.save_error}; the {self.saved} points saved before "
-                  f"are kept in {self.out}", file=sys.stderr)
+            print(f"mha-suite: error: {self.save_error}; the {_points(self.saved)} saved "
+                  f"before are kept in {self.out}", file=sys.stderr)
         elif self.interrupted:
             n = len(self.points) + len(self.not_measured)
-            print(f"mha-suite: {self.interrupted}: the {n} points finished in this run are "
+            print(f"mha-suite: {self.interrupted}: the {_points(n)} finished in this run are "
                   f"saved in {self.written or self.out}; the point in progress was not "
                   "(run again with --resume to finish)", file=sys.stderr)
 
@@ -227,7 +230,7 @@ class SweepSession:
         if self.save_error or self.run_info is None or not self.count or (
                 self.count == self.saved and not facts_changed):
             return
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.monotonic()
         try:
             written = records.save_sweep(self.out, self.run_info, self.points,
                                          self.not_measured, self.spec.get("preset"))
@@ -240,6 +243,7 @@ class SweepSession:
         self.written = written
         self.saved = self.count
         self.save_s += time.perf_counter() - start
+        self.period.saved(started)
 
     def time_summary(self) -> Dict[str, Any]:
         """Where this run's wall time went, in seconds, and wall / (timed + compile): the
@@ -266,3 +270,7 @@ def format_summary(x: Dict[str, Any]) -> str:
             f"included), warm-up+check {x['check_s']:.1f} s, benchmark untimed "
             f"{x['benchmark_untimed_s']:.1f} s, matmul peak {x['peak_s']:.1f} s, saving "
             f"{x['save_s']:.1f} s, other (collection, imports, skips) {x['other_s']:.1f} s")
+
+
+def _points(n: int) -> str:
+    return f"{n} point" if n == 1 else f"{n} points"
