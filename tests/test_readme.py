@@ -38,6 +38,43 @@ def _run_example(cli, tmp_path, code: str, max_lines: int, impl: str, *args: str
     return json.loads(out.read_text())["results"]
 
 
+def _run_beside(cli, tmp_path, code: str, max_lines: int, impl: str, select: str,
+                wrongs: dict) -> tuple[list, dict]:
+    """Run a manual's block as ``_run_example`` does (its cases: ``select``), and in the same
+    ``mha-suite check`` each changed copy in ``wrongs`` ({label: (code, select)}), its names
+    renamed from ``mine.`` to ``label.``: one process instead of one per copy (about 6 s of
+    start-up and imports each). The block's records, and each copy's records by label; the
+    block's own cases must not fail or error (the run exits 1 for the copies)."""
+    __tracebackhide__ = True
+    assert len([line for line in code.splitlines() if line.strip()]) <= max_lines, code
+    plugin, out = tmp_path / "my_plugin.py", tmp_path / "c.json"
+    plugin.write_text(code)
+    args, k = ["--plugin", str(plugin), "--impl", impl], [f"(mine and ({select}))"]
+    for label, (changed, changed_select) in wrongs.items():
+        assert changed != code, label
+        renamed = changed.replace('"mine.', f'"{label}.')
+        assert renamed != changed, label
+        (tmp_path / f"{label}.py").write_text(renamed)
+        args += ["--plugin", str(tmp_path / f"{label}.py"),
+                 "--impl", impl.replace("mine.", f"{label}.")]
+        k.append(f"({label} and ({changed_select}))")
+    proc = cli("check", *args, "--dtype", "float32", "--workers", "0", "--json", str(out),
+               "-k", " or ".join(k))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]  # failures, no crash
+    records = json.loads(out.read_text())["results"]
+    mine = [r for r in records if r["impl"].startswith("mine.")]
+    assert not [r for r in mine if r["outcome"] in ("fail", "error")], proc.stdout[-3000:]
+    return mine, {label: [r for r in records if r["impl"].startswith(f"{label}.")]
+                  for label in wrongs}
+
+
+def _fails(records: list, case: str = "") -> None:
+    """Some of ``records`` (those of ``case``, if named) fail or error, as a run that exits 1."""
+    __tracebackhide__ = True
+    chosen = [r for r in records if not case or f"{r['family']}/{r['case']}" == case]
+    assert chosen and {"fail", "error"} & {r["outcome"] for r in chosen}, records
+
+
 def test_own_module_example_runs_under_the_conformance_cases(cli, tmp_path):
     records = _run_example(cli, tmp_path, _section_code("Testing your own module"), 20, "mine.*")
     outcome = {(r["impl"], r["family"], r["case"]): r["outcome"] for r in records}
@@ -129,31 +166,31 @@ def test_bias_free_module_example_runs_the_cases_and_hypothesis_without_biases(c
     same module with bias layers gets zero biases for those problems and passes too."""
     code = _block_with("Testing your own module", "projection_bias = False")
     assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
-    plugin, out = tmp_path / "no_bias.py", tmp_path / "c.json"
+    # The same module with bias layers (nn.Linear's default), beside it in the same run.
+    biased = code.replace("bias=False)", "bias=True)").replace("[no_bias]", "[bias_layers]")
+    assert biased != code
+    plugin, other, out = tmp_path / "no_bias.py", tmp_path / "bias_layers.py", tmp_path / "c.json"
     plugin.write_text(code)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.attention[[]no_bias]",
+    other.write_text(biased)
+    proc = cli("check", "--plugin", str(plugin), "--plugin", str(other),
+               "--impl", "mine.attention[[]no_bias]", "--impl", "mine.attention[[]bias_layers]",
                "--dtype", "float32", "--workers", "0", "--json", str(out),
                "--hypothesis-examples", "10", "-k",
-               "not tiles and not mask_forms and not special_values")
+               "not bias_layers and not tiles and not mask_forms and not special_values"
+               " or bias_layers and (masking/none or random_shapes or gradient)")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    outcome = {(r["family"], r["case"]): r["outcome"]
-               for r in json.loads(out.read_text())["results"]}
+    records = json.loads(out.read_text())["results"]
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records
+               if r["impl"] == "mine.attention[no_bias]"}
     assert sum(o == "pass" for o in outcome.values()) > 30, outcome
     for key in (("hypothesis", "random_shapes"), ("gradients", "plain"),
                 ("gradients", "cross_no_bias"), ("shapes", "no_projection_bias"),
                 ("masking", "valid_lens"), ("properties", "batch_equals_items")):
         assert outcome[key] == "pass", key
-    # The same module with bias layers (nn.Linear's default): the core loads a problem
-    # without biases as zero biases, not the layers' random initial ones, so it passes too.
-    biased = code.replace("bias=False)", "bias=True)").replace("[no_bias]", "[bias_layers]")
-    assert biased != code
-    plugin.write_text(biased)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.attention[[]bias_layers]",
-               "--dtype", "float32", "--workers", "0", "--json", str(out),
-               "--hypothesis-examples", "10", "-k", "masking/none or random_shapes or gradient")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    outcome = {(r["family"], r["case"]): r["outcome"]
-               for r in json.loads(out.read_text())["results"]}
+    # With bias layers, the core loads a problem without biases as zero biases, not the
+    # layers' random initial ones, so it passes too.
+    outcome = {(r["family"], r["case"]): r["outcome"] for r in records
+               if r["impl"] == "mine.attention[bias_layers]"}
     assert outcome[("masking", "none")] == outcome[("hypothesis", "random_shapes")] == "pass"
     assert outcome[("gradients", "plain")] == "pass", outcome
 
@@ -176,19 +213,15 @@ def test_vision_module_example_runs_its_self_attention_cases(cli, tmp_path):
     """The README's NCHW module with a fused 1x1 q/k/v convolution passes the cases it can
     run; the map read upside down (another position order than the output's) fails."""
     code = _block_with("Testing your own module", "image_input = True")
-    records = _run_example(cli, tmp_path, code, 20, "mine.conv_attention", "-k",
-                           "not lanes and not tiles and not layouts")
+    wrong = code.replace("module(query), None", "module(query.flip(2)), None")
+    records, wrongs = _run_beside(cli, tmp_path, code, 20, "mine.conv_attention",
+                                  "not lanes and not tiles and not layouts",
+                                  {"flipped": (wrong, "self_attention")})
     outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
     assert set(outcome.values()) <= {"pass", "unsupported"}, outcome
     assert sum(o == "pass" for o in outcome.values()) >= 3, outcome
     assert outcome[("shapes", "self_attention")] == "pass"
-    wrong = code.replace("module(query), None", "module(query.flip(2)), None")
-    assert wrong != code
-    plugin = tmp_path / "wrong.py"
-    plugin.write_text(wrong)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.conv_attention",
-               "--dtype", "float32", "--workers", "0", "-k", "self_attention")
-    assert proc.returncode == 1, proc.stdout[-3000:]
+    _fails(wrongs["flipped"])
 
 
 def test_keras_layer_option_example_reaches_the_layer_and_runs_the_cases(cli, tmp_path):
@@ -231,21 +264,16 @@ def test_keras_core_example_runs_keras_gqa_layer(cli, tmp_path):
     code = _block_with("Testing your own module", "KerasModuleCore")
     select = ("masking/none or masking/causal or shapes/gqa or shapes/mqa or test_gradient "
               "or wrapper or nan_value")
-    records = _run_example(cli, tmp_path, code, 20, "mine.keras_gqa", "-k", select)
+    wrong = code.replace('use_causal_mask=mask.causal == "top_left"', "use_causal_mask=False")
+    records, wrongs = _run_beside(cli, tmp_path, code, 20, "mine.keras_gqa", select,
+                                  {"nocausal": (wrong, "masking/causal")})
     outcome = {(r["family"], r["case"]): r["outcome"] for r in records}
     for key in (("masking", "causal"), ("shapes", "gqa"), ("shapes", "mqa"),
                 ("gradients", "plain"), ("gradients", "gqa"), ("wrapper", "weights"),
                 ("wrapper", "mask_causal")):
         assert outcome[key] == "pass", key
     assert outcome[("special_values", "nan_value_causal")] == "deviation"
-    wrong = code.replace('use_causal_mask=mask.causal == "top_left"', "use_causal_mask=False")
-    assert wrong != code
-    plugin, out = tmp_path / "wrong.py", tmp_path / "w.json"
-    plugin.write_text(wrong)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.keras_gqa", "--dtype",
-               "float32", "--workers", "0", "--json", str(out), "-k", "masking/causal")
-    assert proc.returncode == 1, proc.stdout[-3000:]
-    wrong_outcome = {r["case"]: r["outcome"] for r in json.loads(out.read_text())["results"]}
+    wrong_outcome = {r["case"]: r["outcome"] for r in wrongs["nocausal"]}
     assert wrong_outcome["causal"] == "fail", wrong_outcome
 
 
@@ -277,16 +305,12 @@ def test_hf_model_pre_hook_example_passes_and_fails_without_its_hook(cli, tmp_pa
     rotation switched off there passes the masking and shapes cases, and kept, fails them."""
     pytest.importorskip("transformers")
     code = _block_with("Testing your own module", "sinusoidal_pos")
-    records = _run_example(cli, tmp_path, code, 20, "mine.roformer", "-k", "masking or shapes")
+    kept = code.replace('"sinusoidal_pos": None', '"sinusoidal_pos": kwargs.get("sinusoidal_pos")')
+    records, wrongs = _run_beside(cli, tmp_path, code, 20, "mine.roformer", "masking or shapes",
+                                  {"kept": (kept, "masking/none")})
     outcome = [r["outcome"] for r in records]
     assert "fail" not in outcome and outcome.count("pass") >= 5, outcome
-    kept = code.replace('"sinusoidal_pos": None', '"sinusoidal_pos": kwargs.get("sinusoidal_pos")')
-    assert kept != code
-    plugin = tmp_path / "kept.py"
-    plugin.write_text(kept)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.roformer", "--dtype", "float32",
-               "--workers", "0", "-k", "masking/none")
-    assert proc.returncode == 1, proc.stdout[-3000:]
+    _fails(wrongs["kept"])
 
 
 def test_hf_layer_example_caps_on_eager_and_sdpa_needs_its_is_causal(cli, tmp_path):
@@ -296,8 +320,13 @@ def test_hf_layer_example_caps_on_eager_and_sdpa_needs_its_is_causal(cli, tmp_pa
     causal answer to a problem with no mask."""
     pytest.importorskip("transformers")
     code = _block_with("Testing your own module", "Gemma2Attention")
-    records = _run_example(cli, tmp_path, code, 32, "mine.gemma2_attention*", "-k",
-                           "masking/none or softcap or agrees_with_eager")
+    changes = {"nocap": ("attn_logit_softcapping=p.softcap, ", ""),  # the eager name's cap
+               "nocausal": (",\n                      is_causal=False)", ")")}  # sdpa's flag
+    records, wrongs = _run_beside(
+        cli, tmp_path, code, 32, "mine.gemma2_attention*",
+        "masking/none or softcap or agrees_with_eager",
+        {"nocap": (code.replace(*changes["nocap"]), "eager and softcap_valid_lens"),
+         "nocausal": (code.replace(*changes["nocausal"]), "sdpa and masking/none")})
     outcome = {(r["impl"], r["family"], r["case"]): r["outcome"] for r in records}
     eager, sdpa = "mine.gemma2_attention[eager]", "mine.gemma2_attention[sdpa]"
     for case in ("softcap_valid_lens", "softcap_large_logits", "softcap_self_causal_padding"):
@@ -306,16 +335,10 @@ def test_hf_layer_example_caps_on_eager_and_sdpa_needs_its_is_causal(cli, tmp_pa
     assert outcome[(sdpa, "variants", "softcap_valid_lens")] == "unsupported"
     assert outcome[(sdpa, "contracts", "agrees_with_eager")] == "pass"
     assert outcome[(eager, "masking", "none")] == outcome[(sdpa, "masking", "none")] == "pass"
-    for change, (old, new), impl, k in (
-            ("no cap", ("attn_logit_softcapping=p.softcap, ", ""), eager, "softcap_valid_lens"),
-            ("sdpa causal", (",\n                      is_causal=False)", ")"), sdpa, "masking/none")):
-        wrong = code.replace(old, new)
-        assert wrong != code, change
-        plugin = tmp_path / "wrong.py"
-        plugin.write_text(wrong)
-        proc = cli("check", "--plugin", str(plugin), "--impl", impl, "--dtype", "float32",
-                   "--workers", "0", "-k", k)
-        assert proc.returncode == 1, (change, proc.stdout[-3000:])
+    assert {r["impl"] for r in wrongs["nocap"]} == {"nocap.gemma2_attention[eager]"}
+    _fails(wrongs["nocap"], "variants/softcap_valid_lens")
+    assert {r["impl"] for r in wrongs["nocausal"]} == {"nocausal.gemma2_attention[sdpa]"}
+    _fails(wrongs["nocausal"], "masking/none")
 
 def test_hf_layer_generation_example_runs_the_layers_own_cache(cli, tmp_path):
     """#52 item 4: hf-layer.md's LlamaAttention generates through transformers' DynamicCache
@@ -323,7 +346,9 @@ def test_hf_layer_generation_example_runs_the_layers_own_cache(cli, tmp_path):
     layer called without the cache does not."""
     pytest.importorskip("transformers")
     code = _block_with("Testing your own module", "def new_cache")
-    records = _run_example(cli, tmp_path, code, 24, "mine.llama_attention", "-k", "generation")
+    wrong = code.replace("cache=mask.cache,", "cache=None,")
+    records, wrongs = _run_beside(cli, tmp_path, code, 24, "mine.llama_attention", "generation",
+                                  {"nocache": (wrong, "generation/prefill_then_steps")})
     from suite.conformance.cases import by_family
 
     outcome = {r["case"]: r["outcome"] for r in records if r["family"] == "generation"}
@@ -332,13 +357,7 @@ def test_hf_layer_generation_example_runs_the_layers_own_cache(cli, tmp_path):
     want = {c.name: "unsupported" if c.problem().has_variants() else "pass"
             for c in by_family()["generation"]}
     assert outcome == want and list(want.values()).count("pass") >= 7, outcome
-    wrong = code.replace("cache=mask.cache,", "cache=None,")
-    assert wrong != code
-    plugin = tmp_path / "no_cache.py"
-    plugin.write_text(wrong)
-    proc = cli("check", "--plugin", str(plugin), "--impl", "mine.llama_attention", "--dtype",
-               "float32", "--workers", "0", "-k", "generation/prefill_then_steps")
-    assert proc.returncode == 1, proc.stdout[-3000:]
+    _fails(wrongs["nocache"], "generation/prefill_then_steps")
 
 def test_linen_dense_general_example_reads_its_weights_back_and_runs_the_cases(cli, tmp_path):
     """#42 item 5: a linen module with DenseGeneral kernels wraps from the manual alone
