@@ -133,15 +133,25 @@ def _no_builtins_loaded_list(env) -> str:
     return out.stdout
 
 
-def test_list_describes_builtins_from_the_cache_without_importing_frameworks(tmp_path):
-    env = {**os.environ, cache.CACHE_ENV: str(tmp_path)}
+@pytest.fixture(scope="module")
+def described(tmp_path_factory):
+    """A cache directory that `mha-suite list` filled from empty, and what that first list
+    and a second one printed: describing every built-in from empty costs about 20 s, so the
+    tests of this module that need a filled cache share this one (each copies it)."""
+    path = tmp_path_factory.mktemp("described") / "cache"
+    env = {**os.environ, cache.CACHE_ENV: str(path)}
     env.pop(registry.PLUGINS_ENV, None)
     first = _no_builtins_loaded_list(env)  # loads every built-in and writes the cache
     second = _no_builtins_loaded_list(env)
-    assert (tmp_path / "probes" / "builtins.json").is_file()
+    return path, first, second
+
+
+def test_list_describes_builtins_from_the_cache_without_importing_frameworks(described):
+    path, first, second = described
+    assert (path / "probes" / "builtins.json").is_file()
     *listing, note, imported = second.splitlines()
     assert listing == first.splitlines()[:-1]  # the first probed: nothing read back
-    assert note.startswith(f"(read from the cache in {tmp_path}") and imported == "IMPORTED []"
+    assert note.startswith(f"(read from the cache in {path}") and imported == "IMPORTED []"
 
 
 def test_a_described_builtin_loads_on_first_use(monkeypatch, tmp_path):
@@ -224,13 +234,15 @@ def test_a_plugin_files_probes_are_cached_until_the_file_changes(monkeypatch, tm
     assert edited.description.dtypes == {"cpu": ["float32", "float64"]}
 
 
-def test_a_check_of_one_name_describes_the_others_without_importing_them(tmp_path):
+def test_a_check_of_one_name_describes_the_others_without_importing_them(tmp_path, described):
     """The results file lists every implementation; one the run did not run is described
     from the cache (a numpy check imported torch, Keras and compiled every torch.compile
     name to write that list: 6 of its 8 s), and a merge keeps a run's fuller entry."""
+    import shutil
+
+    shutil.copytree(described[0], tmp_path / "cache")  # the cache, as after any first command
     env = {**os.environ, cache.CACHE_ENV: str(tmp_path / "cache")}
     env.pop(registry.PLUGINS_ENV, None)
-    _no_builtins_loaded_list(env)  # the cache, as after any first command
     out = tmp_path / "c.json"
     code = ("import sys; from suite import cli; cli.main(['check', '--impl', 'numpy', '-k', "
             f"'masking/none', '--dtype', 'float32', '--workers', '0', '--json', {str(out)!r}]); "
