@@ -64,7 +64,7 @@ def test_list_marks_broken_plugin_unavailable(cli):
 def test_check_exit_codes_and_json(cli, tmp_path):
     out = tmp_path / "c.json"
     bad = cli("check", "--plugin", str(PLUGINS / "wrong_scale.py"), "--impl", "bug.no_scale",
-              "--dtype", "float32", "--json", str(out))
+              "--dtype", "float32", "-k", "masking", "--json", str(out))  # fails all but few
     assert bad.returncode == 1
     assert "bug.no_scale" in bad.stdout and "fail" in bad.stdout  # the matrix
     doc = json.loads(out.read_text())
