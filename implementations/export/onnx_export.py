@@ -556,6 +556,9 @@ def exported(source: type, exporter: str = "dynamo", *, name: Optional[str] = No
         "features": frozenset(source.features) - DROPPED_FEATURES,
         "families": runs,
         "contracts": (Contract("agrees_with_eager", "agrees", {"exporter": None}, reason),),
+        # one exporter at one opset, one runtime: the same path whatever module it exports
+        "compile_path": f"{EXPORTERS[exporter]} (opset {opset or 'default'}), run by "
+                        f"{RUNTIMES[exporter]}",
         "replaces_builtin": False,
         "__module__": module or _caller_module() or source.__module__,
         "__doc__": f"{base} exported by {EXPORTERS[exporter]}, run by {RUNTIMES[exporter]}.",

@@ -604,5 +604,7 @@ def variants() -> List[type]:
                 "features": frozenset(features), "deviations": DEVIATIONS[attn],
                 # FlexAttention compiles anew for each shape and mask (seconds each).
                 "compiles_per_shape": attn == "flex", "__module__": __name__,
+                # the models share transformers' flex_attention integration and its compile
+                "compile_path": "transformers flex_attention" if attn == "flex" else None,
                 "contracts": _paths(attn, base)}))
     return out

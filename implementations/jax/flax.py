@@ -96,6 +96,7 @@ def build_module(p: Problem, dtype: str, **options: Any) -> nnx.MultiHeadAttenti
 
 class FlaxMHA(JaxModuleCore):
     name = "flax.mha"
+    compile_path = "XLA"  # its kernels are XLA's code, as jax.jit's, jax.nn's and Flax's
     framework = "flax"
     array_library = "jax"  # the sweep's matmul peak and memory method
     features = FEATURES
@@ -192,6 +193,7 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
     bias input; ``use_bias`` is all or nothing."""
 
     name = "flax.linen[fp32_softmax]"
+    compile_path = "XLA"  # its kernels are XLA's code, as jax.jit's, jax.nn's and Flax's
     layers = EINSUM_LAYERS  # DenseGeneral kernels: read back by read_weights
     framework = "flax"
     array_library = "jax"

@@ -10,6 +10,7 @@ from suite.plugins.declarations import Deviation
 
 class JaxJit(JaxCore):
     name = "jax.jit"
+    compile_path = "XLA"  # its kernels are XLA's code, as jax.jit's, jax.nn's and Flax's
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN or inf value at a key masked for some rows but not all reaches those "
                     "rows: their weight there is 0 and 0 * NaN is NaN in weights @ v (values "

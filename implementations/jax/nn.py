@@ -106,6 +106,7 @@ def as_lengths(problem: Problem, taken: frozenset) -> Optional[Problem]:
 
 class JaxNN(JaxCore):
     name = "jax.nn"
+    compile_path = "XLA"  # its kernels are XLA's code, as jax.jit's, jax.nn's and Flax's
     repeat_kv = False
     # Inference forms (module docstring): offsets and packed rows through its mask, key
     # lengths and caches through key_value_seq_lengths; a static cache needs that keyword

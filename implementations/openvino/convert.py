@@ -51,6 +51,7 @@ class ConvertedTorch(OpenVINORuntime):
     # wrapper's own checks) are the eager name's.
     families = frozenset({"masking", "shapes", "numerics", "special_values", "contracts"})
     compiles_per_shape = True  # a conversion and a compilation per case
+    compile_path = "openvino.convert_model, compiled for the CPU"  # whatever module it converts
 
     def __init__(self) -> None:
         super().__init__()

@@ -21,7 +21,15 @@ and every run):
    one of its dtypes in turn (case i in dtype i mod n), so every key length around one and
    two SIMD vectors meets each implementation once (a per-shape compiler or an interpreted
    kernel: the sample's three, under one vector, past one and past two AVX2 vectors);
-4. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
+4. siblings that share one compile path (``compile_path``: the same converter, exporter or
+   model integration compiling per shape, around different modules) split the families
+   among them: a family's kept cases run on one of them, taken in turn over the families,
+   among those that declare what its cases need; each keeps its own contracts (and step 5
+   its known failures); and the lanes cases (vector tails are the code generator's) run
+   once per compile path, each lane length on one of its names in turn (``jax.jit``,
+   ``jax.nn`` and Flax share XLA's CPU code generator). ``mha-suite check`` runs every
+   sibling on every family;
+5. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
    ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
    so an entry that no longer holds fails the run under ``--strict-declarations``.
 
@@ -41,6 +49,7 @@ from typing import Dict, Iterable, List, NamedTuple, Sequence
 
 from suite.conformance.sample import SAMPLE, compiles_per_shape, counted, sampled
 from suite.conformance.sample import examples as sample_examples
+from suite.plugins.interface import declared
 
 PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
 # Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
@@ -72,6 +81,7 @@ def choose(items: Sequence[Item], known: Iterable[str], form_order: Iterable[str
     _one_dtype_per_family(items, keep)
     _one_dtype(items, keep, ONE_DTYPE_FAMILIES)
     _every_lane_once(items, keep)
+    _spread_over_siblings(items, keep)
     where: Dict[str, List[int]] = {}
     for i, it in enumerate(items):
         where.setdefault(it.test, []).append(i)
@@ -141,6 +151,61 @@ def _every_lane_once(items: Sequence[Item], keep: List[bool]) -> None:
         for i in indices:
             if turn[items[i].case] == items[i].dtype:
                 keep[i] = True
+
+
+def _spread_over_siblings(items: Sequence[Item], keep: List[bool]) -> None:
+    """Siblings sharing a ``compile_path``: a per-shape compiler's kept families spread
+    over them (family n, in name order, on the n-th of those able to run it, in turn), its
+    contracts kept on each; the lanes cases of any such siblings, each lane once per path."""
+    groups: Dict[tuple, Dict[str, Dict[str, List[int]]]] = {}
+    for i, it in enumerate(items):
+        # the built-ins only: a user's plugin on the same path is checked on every family
+        path = declared(it.impl, "compile_path") \
+            if type(it.impl).__module__.split(".")[0] == "implementations" else None
+        if not path or not keep[i] or it.family == "contracts":
+            continue
+        if it.family != "lanes" and not compiles_per_shape(it.impl, it.device):
+            continue
+        fams = groups.setdefault((path, it.device), {})
+        fams.setdefault(it.family, {}).setdefault(it.impl_name, []).append(i)
+    for fams in groups.values():
+        for n, fam in enumerate(sorted(fams)):
+            members = sorted(fams[fam])
+            if fam == "lanes":  # lane case j on member j mod n, by length
+                cases = sorted({items[i].case for m in members for i in fams[fam][m]},
+                               key=_lane_order)
+                owner = {c: members[j % len(members)] for j, c in enumerate(cases)}
+                for m in members:
+                    for i in fams[fam][m]:
+                        keep[i] = owner[items[i].case] == m
+                continue
+            able = [m for m in members if any(_may_run(items[i]) for i in fams[fam][m])]
+            if not able:
+                continue
+            chosen = able[n % len(able)]
+            for m in members:
+                if m != chosen:
+                    for i in fams[fam][m]:
+                        keep[i] = False
+
+
+def _may_run(it: Item) -> bool:
+    """False where the case plainly cannot run on the item's plugin: a mask form it does not
+    declare, a catalogue case needing features it does not declare (checked without running:
+    its problem's features against the plugin's)."""
+    from suite.conformance import catalog
+    from suite.conformance.judge import missing_features
+
+    if it.family == "mask_forms":
+        return it.case in declared(it.impl, "mask_forms")
+    try:
+        case = catalog.get(it.family, it.case)
+    except KeyError:  # property-based and other cases without one problem: assume it runs
+        return True
+    try:
+        return not missing_features(it.impl, case.problem_for(it.impl))
+    except Exception:  # a problem it cannot be given at all: the case says so when run
+        return False
 
 
 def _lane_order(case: str) -> tuple:

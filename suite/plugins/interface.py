@@ -177,6 +177,12 @@ class Implementation:
     # FlexAttention: seconds to tens of seconds each on a CPU): the main job's sample
     # (suite.conformance.sample) gives it one case per family and fewer property-based examples.
     compiles_per_shape: ClassVar[bool] = False
+    # Names that share one compile path (the same converter, exporter, model integration or
+    # code generator, around different modules) say so with one string: CI's covering
+    # selection (suite.conformance.cover) spreads a per-shape compiler's families over its
+    # siblings, and the lanes cases (vector tails) over any siblings; ``mha-suite check``
+    # runs every name on every case.
+    compile_path: ClassVar[Optional[str]] = None
     # Score modifiers of the plugin's own (suite.spec.variants.ScoreMod: a name, the NumPy
     # function the oracle computes, a doc): the ``variants/own_score_mods`` case runs each one
     # (the plugin declares "score_mod" and recognises its own by name), so a variant of its
