@@ -194,22 +194,12 @@ def test_decode_steps_that_drop_an_intrinsic_cap_disagree_with_the_module_s_pref
 
     mod = _plugins()
 
-    class StepsDropCap(mod.CappedEager):
+    class StepsDropCap(planted("generation_planted").CountsChunks, mod.CappedEager):
         name = "paths.capped[steps_drop_cap]"
-        _chunk = None
-
-        def attend_in_steps(self, q, k, v, mask, scale, p):
-            self._chunk = 0
-            try:
-                return super().attend_in_steps(q, k, v, mask, scale, p)
-            finally:
-                self._chunk = None
 
         def attend(self, q, k, v, mask, scale, need_weights):
-            if self._chunk is not None:
-                self._chunk += 1
-                if self._chunk > 1:  # a decode step: the plain kernel, without the cap
-                    return NumpyMHA.attend(self, q, k, v, mask, scale, need_weights)
+            if self.decode_step():  # the plain kernel, without the cap
+                return NumpyMHA.attend(self, q, k, v, mask, scale, need_weights)
             return super().attend(q, k, v, mask, scale, need_weights)
 
     out = run_catalog_case(StepsDropCap(), "generation", "agrees_with_prefill", dtype)

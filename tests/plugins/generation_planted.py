@@ -44,11 +44,11 @@ class WrittenOneLate(NumpyMHA):
         return kc, vc
 
 
-class StepsDropCap(NumpyMHA):
-    """Soft-caps its prefill (the first chunk) and drops the cap at every decode step after
-    it (issue 50: a decode path written after the prefill one, without the variant)."""
+class CountsChunks:
+    """Put before a plugin class: ``decode_step()``, called in ``attend``, counts the chunks
+    ``attend_in_steps`` hands it and says whether this one follows the first (a decode step
+    after the prefill); False outside ``attend_in_steps``."""
 
-    name = "bug.steps_drop_cap"
     _chunk = None
 
     def attend_in_steps(self, q, k, v, mask, scale, p):
@@ -58,9 +58,20 @@ class StepsDropCap(NumpyMHA):
         finally:
             self._chunk = None
 
+    def decode_step(self) -> bool:
+        if self._chunk is None:
+            return False
+        self._chunk += 1
+        return self._chunk > 1
+
+
+class StepsDropCap(CountsChunks, NumpyMHA):
+    """Soft-caps its prefill (the first chunk) and drops the cap at every decode step after
+    it (issue 50: a decode path written after the prefill one, without the variant)."""
+
+    name = "bug.steps_drop_cap"
+
     def attend(self, q, k, v, mask, scale, need_weights):
-        if self._chunk is not None:
-            self._chunk += 1
-            if self._chunk > 1 and mask.variants is not None:
-                mask = mask.replace(variants=dataclasses.replace(mask.variants, softcap=None))
+        if self.decode_step() and mask.variants is not None:
+            mask = mask.replace(variants=dataclasses.replace(mask.variants, softcap=None))
         return super().attend(q, k, v, mask, scale, need_weights)
