@@ -63,13 +63,30 @@ def _dump(html: Path, script: str, width: int, height: int = 2000, fragment: str
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
 
 
+@pytest.fixture(scope="module")
+def twenty_report(tmp_path_factory) -> Path:
+    """The report of ``synthetic_results`` (twenty implementations), built once for the
+    tests that only read it (about 5 s a build); each test reads its own copy."""
+    folder = tmp_path_factory.mktemp("twenty")
+    return build_report([synthetic_results(folder / "results")], folder / "r.html")
+
+
+@pytest.fixture
+def twenty_html(twenty_report, tmp_path) -> Path:
+    """A copy of the twenty implementations' report in this test's folder (the report is
+    one self-contained file)."""
+    import shutil
+
+    return Path(shutil.copy(twenty_report, tmp_path / "r.html"))
+
+
 def _layout(html: Path, width: int) -> dict:
     """The page's and the tables' widths in headless Chromium at a ``width``-px window."""
     return _dump(html, MEASURE, width)
 
 
-def test_twenty_implementations_fit_a_1280px_window(tmp_path):
-    html = build_report([synthetic_results(tmp_path / "results")], tmp_path / "r.html")
+def test_twenty_implementations_fit_a_1280px_window(twenty_html, tmp_path):
+    html = twenty_html
     layout = _layout(html, 1280)
     assert layout["window"] == 1280
     assert layout["page"] <= 1280, "the page scrolls sideways"
@@ -98,9 +115,8 @@ document.body.appendChild(pre);
 </script>"""
 
 
-def test_every_chart_names_every_implementation_at_1280px(tmp_path):
-    results = synthetic_results(tmp_path / "results")
-    html = build_report([results], tmp_path / "r.html")
+def test_every_chart_names_every_implementation_at_1280px(twenty_html):
+    html = twenty_html
     charts = _dump(html, CHARTS, 1280)["charts"]
     by_section = {}
     for c in charts:
@@ -154,10 +170,10 @@ document.body.appendChild(pre);
 </script>"""
 
 
-def test_a_link_from_the_matrix_opens_that_implementations_cases(tmp_path):
+def test_a_link_from_the_matrix_opens_that_implementations_cases(twenty_html):
     from bs4 import BeautifulSoup
 
-    html = build_report([synthetic_results(tmp_path / "results")], tmp_path / "r.html")
+    html = twenty_html
     soup = BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
     link = soup.find("table", class_="matrix").find("a")["href"]
     out = _dump(html, OPENED, 1280, height=900, fragment=link)
