@@ -106,3 +106,18 @@ def test_every_cpu_framework_gets_the_same_memory_method():
             pass
         methods.add(mem["peak_method"])
     assert methods == {"rss_hwm_delta"}
+
+
+def test_the_peak_product_is_the_default_unless_the_environment_names_one(monkeypatch):
+    """$MHA_SUITE_PEAK_PRODUCT (the tests' conftest sets a small one for their sweeps)."""
+    monkeypatch.delenv(timing.PEAK_PRODUCT_ENV, raising=False)
+    assert timing._peak_product() == (2048, timing.PEAK_MIN_TOTAL_S)
+    monkeypatch.setenv(timing.PEAK_PRODUCT_ENV, "64,0.01")
+    assert timing._peak_product() == (64, 0.01)
+    asked = []
+    monkeypatch.setattr(timing, "matmul_peak", lambda *a, **k: asked.append(k) or 1.0)
+    assert timing.matmul_peaks([("numpy", "cpu", "float32")]) == {"numpy:cpu:float32": 1.0}
+    assert asked == [{"n": 64, "min_total_s": 0.01}]
+    monkeypatch.setenv(timing.PEAK_PRODUCT_ENV, "big")
+    with pytest.raises(ValueError, match="MHA_SUITE_PEAK_PRODUCT: expected 'n,seconds'"):
+        timing._peak_product()

@@ -196,11 +196,30 @@ def peak_key(framework: str, device: str, dtype: str) -> str:
     return f"{framework}:{device}:{dtype}"
 
 
+# "n,seconds": the product a sweep's peak is measured with, where the harness's own tests
+# set a smaller one (a sweep measures the peak twice: 3 s of a 4 s test sweep on 2 cores).
+PEAK_PRODUCT_ENV = "MHA_SUITE_PEAK_PRODUCT"
+
+
+def _peak_product() -> Tuple[int, float]:
+    """(n, min_total_s) for ``matmul_peaks``: $MHA_SUITE_PEAK_PRODUCT, else 2048 and 1 s."""
+    text = os.environ.get(PEAK_PRODUCT_ENV)
+    if not text:
+        return 2048, PEAK_MIN_TOTAL_S
+    try:
+        n, seconds = text.split(",")
+        return int(n), float(seconds)
+    except ValueError:
+        raise ValueError(f"{PEAK_PRODUCT_ENV}: expected 'n,seconds' such as '512,0.05', "
+                         f"got {text!r}") from None
+
+
 def matmul_peaks(combos: Iterable[Tuple[str, str, str]]) -> Dict[str, float]:
     """{'framework:device:dtype': FLOP/s} for each (framework, device, dtype) measurable."""
     out = {}
+    n, min_total_s = _peak_product()
     for framework, device, dtype in sorted(set(combos)):
-        peak = matmul_peak(framework, device, dtype)
+        peak = matmul_peak(framework, device, dtype, n=n, min_total_s=min_total_s)
         if peak is not None:
             out[peak_key(framework, device, dtype)] = peak
     return out
