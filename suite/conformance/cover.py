@@ -49,7 +49,7 @@ from typing import Dict, Iterable, List, NamedTuple, Sequence
 
 from suite.conformance.sample import SAMPLE, compiles_per_shape, counted, sampled
 from suite.conformance.sample import examples as sample_examples
-from suite.plugins.interface import declared
+from suite.plugins.interface import declared, is_builtin
 
 PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
 # Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
@@ -160,8 +160,7 @@ def _spread_over_siblings(items: Sequence[Item], keep: List[bool]) -> None:
     groups: Dict[tuple, Dict[str, Dict[str, List[int]]]] = {}
     for i, it in enumerate(items):
         # the built-ins only: a user's plugin on the same path is checked on every family
-        path = declared(it.impl, "compile_path") \
-            if type(it.impl).__module__.split(".")[0] == "implementations" else None
+        path = declared(it.impl, "compile_path") if is_builtin(type(it.impl)) else None
         if not path or not keep[i] or it.family == "contracts":
             continue
         if it.family != "lanes" and not compiles_per_shape(it.impl, it.device):

@@ -272,18 +272,23 @@ def declared(impl: Any, hook: str) -> Any:
     return getattr(impl, hook, getattr(Implementation, hook))
 
 
+def is_builtin(cls: type) -> bool:
+    """Whether ``cls`` is one of the built-ins' classes (defined in ``implementations``)."""
+    return cls.__module__.split(".")[0] == "implementations"
+
+
 def builtin_ancestors(impl: Any) -> List[str]:
     """For a plugin outside the built-ins, the names of the built-ins its class derives
     from, nearest first (a class of the ``implementations`` package with a ``name`` of its
     own other than ``impl``'s); none for a built-in (each lists its own entries)."""
     own = getattr(impl, "name", None)
     out: List[str] = []
-    if type(impl).__module__.split(".")[0] == "implementations":
+    if is_builtin(type(impl)):
         return out
     for cls in type(impl).__mro__[1:]:
         name = vars(cls).get("name")
         if isinstance(name, str) and name != own and name not in out \
-                and cls.__module__.split(".")[0] == "implementations":
+                and is_builtin(cls):
             out.append(name)
     return out
 

@@ -230,7 +230,7 @@ class SweepSession:
         if self.save_error or self.run_info is None or not self.count or (
                 self.count == self.saved and not facts_changed):
             return
-        start, started = time.perf_counter(), time.monotonic()
+        started = time.monotonic()
         try:
             written = records.save_sweep(self.out, self.run_info, self.points,
                                          self.not_measured, self.spec.get("preset"))
@@ -242,7 +242,7 @@ class SweepSession:
                       f"in {written}")
         self.written = written
         self.saved = self.count
-        self.save_s += time.perf_counter() - start
+        self.save_s += time.monotonic() - started
         self.period.saved(started)
 
     def time_summary(self) -> Dict[str, Any]:
