@@ -114,3 +114,43 @@ def test_jagged_sdpa_on_a_torch_without_jagged_tensors_is_unsupported_not_an_err
     monkeypatch.delattr(torch.nested, "nested_tensor_from_jagged")
     out = _run(TorchSDPAJagged(), "docs", "float32")
     assert out.outcome == "unsupported" and "nested_tensor_from_jagged" in out.reason, out.reason
+
+
+def test_jagged_sdpa_keeps_torchs_backend_log_as_the_reason_not_on_the_terminal():
+    """torch logs each backend's refusal of a causal jagged call (eight WARNING lines a call,
+    71 lines in a main job's sweep): the refused case names them, no handler prints them."""
+    pytest.importorskip("torch")
+    import logging
+
+    from implementations.torch.sdpa import TorchSDPAJagged
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    log, seen = logging.getLogger("torch.nested._internal.sdpa"), Seen()
+    log.addHandler(seen)
+    try:
+        out = _run(TorchSDPAJagged(), "causal_docs", "float32")
+    finally:
+        log.removeHandler(seen)
+    assert out.outcome == "unsupported" and "is_causal" in out.reason, out.reason
+    assert not seen.lines, seen.lines
+
+
+def test_uncompiled_flex_attention_says_nothing_of_the_path_it_is_named_for():
+    """torch.flex[eager] calls FlexAttention uncompiled on purpose: its warning that the call
+    is not the fused kernel (a dozen lines) is not shown; other warnings still are."""
+    pytest.importorskip("torch")
+    import warnings
+
+    from implementations.torch.compiled import TorchFlexEager
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert _run(TorchFlexEager(), "docs", "float32").outcome == "pass"
+    assert not [w for w in seen if "without torch.compile" in str(w.message)], seen

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -236,7 +237,15 @@ class TorchFlex(CompiledPerShape, TorchCore):
         from torch.nn.attention.flex_attention import flex_attention
 
         if not self.compiled:
-            self._flex = flex_attention
+            def uncompiled(*args: Any, **kw: Any) -> Any:
+                # The call warns (a dozen lines, once a process) that it is not the fused
+                # kernel: what this path is, by name.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=UserWarning,
+                                            message="flex_attention called without torch.compile")
+                    return flex_attention(*args, **kw)
+
+            self._flex = uncompiled
             return
         # Static shapes: FlexAttention's dynamic-shape CPU kernel fails to build (inductor
         # CppCompileError, measured, torch 2.13), so each shape compiles once.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,40 +132,43 @@ class TorchSDPAJagged(TorchCore):
             return torch.nested.nested_tensor_from_jagged(rows, offsets).transpose(1, 2)
 
         causal = "causal" in mask.kinds
-        try:
-            out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v),
-                                                 is_causal=causal, scale=scale)
-        except RuntimeError as exc:
-            if "No viable backend" not in str(exc):
-                raise
-            raise Unsupported(f"{self.name}: torch {torch.__version__} runs no kernel for "
-                              f"this call ({_jagged_refusal(causal)})") from None
+        # torch logs each backend's refusal at WARNING on every call (eight lines a call in
+        # a sweep's terminal), and on the first jagged tensor a note on its own fx tracing
+        # check: read here (the refusals as a refused call's reason), not printed.
+        with _held_log("torch.nested._internal.sdpa", "torch.fx._symbolic_trace") as said:
+            try:
+                out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v),
+                                                     is_causal=causal, scale=scale)
+            except RuntimeError as exc:
+                if "No viable backend" not in str(exc):
+                    raise
+                why = "; ".join(dict.fromkeys(m for m in said if "not used because" not in m))
+                raise Unsupported(f"{self.name}: torch {torch.__version__} runs no kernel for "
+                                  f"this call ({why or 'torch gave no reason'})") from None
         heads = out.transpose(1, 2).values()  # (B*L, H, V)
         return heads.reshape(B, L, H, -1).permute(0, 2, 1, 3), None
 
 
-def _jagged_refusal(causal: bool) -> str:
-    """What torch logged as each backend refused a jagged call (its own words)."""
+@contextlib.contextmanager
+def _held_log(*names: str) -> Iterator[List[str]]:
+    """What the loggers ``names`` say while the block runs, one line a record, kept from
+    their handlers (torch's own words, for a reason; not printed)."""
     import logging
 
     said: List[str] = []
 
-    class Keep(logging.Handler):
-        def emit(self, record):
-            said.append(" ".join(record.getMessage().split()))
+    def hold(record: logging.LogRecord) -> bool:
+        said.append(" ".join(record.getMessage().split()))
+        return False
 
-    log = logging.getLogger("torch.nested._internal.sdpa")
-    keep = Keep()
-    log.addHandler(keep)
+    logs = [logging.getLogger(name) for name in names]
+    for log in logs:
+        log.addFilter(hold)
     try:
-        x = torch.nested.nested_tensor_from_jagged(torch.zeros(3, 1, 8), torch.tensor([0, 1, 3]))
-        F.scaled_dot_product_attention(*(x.transpose(1, 2),) * 3, is_causal=causal)
-    except RuntimeError:
-        pass
+        yield said
     finally:
-        log.removeHandler(keep)
-    reasons = [m for m in said if "not used because" not in m]
-    return "; ".join(dict.fromkeys(reasons)) or "torch gave no reason"
+        for log in logs:
+            log.removeFilter(hold)
 
 
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
