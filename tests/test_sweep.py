@@ -460,3 +460,26 @@ def test_a_noisy_point_is_flagged_on_the_console_in_its_record_and_report(tmp_pa
     text = ranking(pd.concat([ok, quiet]), "quiet").to_string()
     assert "quiet\u00a01.00×\u00a0·" in text  # unmarked
     assert text.rstrip().endswith("noisy.numpy\u00a00.50×\u00a0(noisy)"), text
+
+
+def test_a_brief_sweep_says_each_reason_not_measured_once_naming_its_implementations(capsys):
+    """The main job's sweep (brief): six interpreted kernels skipped for one reason are one
+    line at the end, not six; a full sweep says each implementation's first point at once."""
+    from suite.sweep.session import SweepSession
+
+    brief = SweepSession({"brief": True})
+    names = [f"pallas.k{i}" for i in range(6)]
+    for name in names:
+        for L in (128, 256):
+            brief.not_measured_note(name, f"{name}-cpu-interpret-L{L}", "skipped",
+                                    "cpu-interpret: interpreted, never timed")
+    brief.not_measured_note("torch.nn[fast]", "torch.nn[fast]-L1024-H1", "unsupported",
+                            "the fast path needs an even head count")
+    assert capsys.readouterr().out == ""
+    assert brief.not_measured_lines() == [
+        "skipped: pallas.k0, pallas.k1, pallas.k2, +3 more: cpu-interpret: interpreted, "
+        "never timed", "unsupported: torch.nn[fast]: the fast path needs an even head count"]
+    full = SweepSession({})
+    full.not_measured_note("pallas.k0", "pallas.k0-cpu-interpret-L128", "skipped", "why")
+    assert "skipped: pallas.k0-cpu-interpret-L128: why" in capsys.readouterr().out
+    assert full.not_measured_lines() == []

@@ -276,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
         code = int(pytest.main(pytest_args, plugins=[session]))
     finally:
         os.environ.update(inherited)
+    for line in session.not_measured_lines():  # a brief sweep's, one per reason
+        print(line)
     if session.save_error:
         return 1  # said in one line by the session; the points saved before are kept
     if code == pytest.ExitCode.INTERRUPTED:

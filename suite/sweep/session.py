@@ -50,6 +50,9 @@ class SweepSession:
         # counted in the summary and kept in the results (six interpreted kernels printed 108
         # identical "never timed" lines in the main job)
         self.said: Set[tuple] = set()
+        # A brief sweep (the main job) says each (status, reason) once at its end, naming
+        # the implementations: (status, reason) -> names, in the order met.
+        self.said_later: Dict[tuple, List[str]] = {}
         self.run_info: Optional[Dict[str, Any]] = None
         self.count = 0  # points finished in this run (measured or not)
         self.saved = 0  # ... of which saved
@@ -209,6 +212,26 @@ class SweepSession:
             self.progress.console.print(escape(line), highlight=False)
         else:
             print(line)
+
+    def not_measured_note(self, name: str, point_id: str, status: str, reason: str) -> None:
+        """An implementation's first point not measured for ``reason``: said now, or in a
+        brief sweep once per reason at its end (``not_measured_lines``)."""
+        if self.spec.get("brief"):
+            names = self.said_later.setdefault((status, reason), [])
+            if name not in names:
+                names.append(name)
+            return
+        self.note(f"{status}: {point_id}: {reason}"[:300]
+                  + " (said once per implementation and reason)")
+
+    def not_measured_lines(self, shown: int = 3) -> List[str]:
+        """A brief sweep's lines for what it did not measure: one per status and reason."""
+        out = []
+        for (status, reason), names in self.said_later.items():
+            who = ", ".join(names[:shown]) + (f", +{len(names) - shown} more"
+                                              if len(names) > shown else "")
+            out.append(f"{status}: {who}: {reason}"[:300])
+        return out
 
     def record_point(self, benchmark_dict: Dict[str, Any]) -> None:
         """A finished, checked point (pytest-benchmark's dict of it), saved at its teardown."""

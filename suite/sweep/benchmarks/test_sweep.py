@@ -39,8 +39,8 @@ def test_point(benchmark, sweep_point, sweep_session, request):
         if (result.status != Status.UNSUPPORTED or not result.reason.startswith("needs ")) \
                 and said not in session.said:
             session.said.add(said)
-            session.note(f"{result.status}: {request.node.callspec.id}: {result.reason}"[:300]
-                         + " (said once per implementation and reason)")
+            session.not_measured_note(entry.name, request.node.callspec.id, str(result.status),
+                                      result.reason)
         pytest.skip(f"{result.status}: {result.reason}")
     benchmark.extra_info.update(result.info)
     stats = benchmark.stats.stats
