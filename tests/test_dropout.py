@@ -10,7 +10,9 @@ from suite.conformance.families.dropout import DRAWS, dropout_problem, dropout_v
 from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
-DROPOUT = [c.name for c in by_family()["dropout"]]
+# The score variants in training mode (#50): their own tests below.
+VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa"]
+DROPOUT = [c.name for c in by_family()["dropout"] if c.name not in VARIANT_CASES]
 STATISTICAL = [n for n in DROPOUT if n != "p_zero_is_eval"]
 
 
@@ -267,3 +269,20 @@ def test_hf_flex_names_leave_dropout_undeclared():
     flex = [c for c in variants() if c.name.endswith("[flex]")]
     assert flex and all("dropout" not in c.features for c in flex)
     assert all("dropout" in c.features for c in variants() if not c.name.endswith("[flex]"))
+
+
+@pytest.mark.parametrize("case", VARIANT_CASES)
+def test_variants_in_training_mode_pass_on_the_references_and_a_path_that_drops_them_fails(case):
+    """Gemma 2's cap, ALiBi and gpt-oss's sinks with dropout: the references pass; a plugin
+    whose training path leaves the variant out (eval mode keeps it) fails the draws' mean; a
+    library that takes no such variant says so (unsupported)."""
+    assert {c.name for c in by_family()["dropout"]} >= set(VARIANT_CASES)
+    out = run_catalog_case(_builtin("numpy"), "dropout", case, "float32")
+    assert out.outcome == "pass", out.reason
+    bug = planted("dropout_planted").VariantsDroppedInTraining()
+    out = run_catalog_case(bug, "dropout", case, "float32")
+    assert out.outcome == "fail" and "standard errors" in out.reason, (out.outcome, out.reason)
+    pytest.importorskip("torch")
+    assert run_catalog_case(_builtin("torch.eager"), "dropout", case, "float32").outcome == "pass"
+    out = run_catalog_case(_builtin("torch.sdpa"), "dropout", case, "float32")
+    assert out.outcome == "unsupported", out.reason

@@ -121,3 +121,16 @@ class RepeatsEvery50(RepeatsEvery):
 
     name = "bug.dropout_repeats_50"
     period = 50
+
+
+class VariantsDroppedInTraining(NumpyMHA):
+    """The score variants kept in eval mode and dropped from the training path (right dropout
+    of the weights computed without the cap, ALiBi or sinks): what a training kernel written
+    after the inference one does when it forgets them."""
+
+    name = "bug.dropout_variants_dropped"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.dropout:
+            mask = mask.replace(variants=None)
+        return super().attend(q, k, v, mask, scale, need_weights)

@@ -48,6 +48,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
+from suite.spec.variants import Alibi, alibi_slopes
 
 FAMILY = "dropout"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -296,3 +297,31 @@ def _independent_draws(seed, square=None):
     (``correlations``) within RHO_MAX of 0: a mask shared by the batch items or by the heads,
     or repeated across calls, fails."""
     return twinned(dropout_problem(seed, 0.3, square=square))
+
+
+# Score variants in training mode (issue 50): the models that train with attention dropout
+# and a variant. The draws' mean is the variant's eval-mode answer and their spread the
+# variance of dropout on the variant's weights, so a training path that drops the variant
+# (the eval path keeping it) fails the mean.
+@case("softcap_causal", judge=_judge_draws, square=8)
+def _softcap_causal(seed, square=None):
+    """Gemma 2 in training: dropout 0.1, its cap (4 on logits up to ~10: inputs x3), causal."""
+    p = dropout_problem(seed, 0.1, Mask(causal=True), square=square, input_scale=3.0)
+    return dataclasses.replace(p, softcap=4.0)
+
+
+@case("alibi_causal", judge=_judge_draws, square=8)
+def _alibi_causal(seed, square=None):
+    """BLOOM in training: dropout 0.1, ALiBi's slopes by distance, causal."""
+    p = dropout_problem(seed, 0.1, Mask(causal=True), square=square, input_scale=2.0)
+    return dataclasses.replace(p, alibi=Alibi(alibi_slopes(p.H), "distance"))
+
+
+@case("sinks_gqa", judge=_judge_draws, square=8)
+def _sinks_gqa(seed, square=None):
+    """gpt-oss in training: dropout 0.2 on the keys' weights (the sink's share is never
+    dropped, as its eager path drops after slicing the sink off), two key/value heads,
+    causal, sinks ~ N(0, 2^2)."""
+    p = dropout_problem(seed, 0.2, Mask(causal=True), square=square, K=2, input_scale=2.0)
+    sinks = 2.0 * np.random.default_rng(seed + 7).standard_normal(p.H)
+    return dataclasses.replace(p, sinks=sinks)
