@@ -75,3 +75,16 @@ class ReadsWholePages(NumpyMHA):
             problem = dataclasses.replace(problem, mask=dataclasses.replace(
                 problem.mask, valid_lens=whole))
         return super().attention_mask(problem, dtype)
+
+
+class VariantsDroppedWhenPaged(NumpyMHA):
+    """Reads the pool right and leaves the score variants out of its paged path (its
+    contiguous path keeps them): a paged kernel written after the prefill one."""
+
+    name = "bug.paged_variants_dropped"
+
+    def prepare(self, problem, device, dtype, **kw):
+        if problem.paging is not None:
+            problem = dataclasses.replace(problem, softcap=None, sinks=None, alibi=None,
+                                          rel_bias=None)
+        return super().prepare(problem, device, dtype, **kw)

@@ -16,8 +16,9 @@ rows at offsets inside the cache (causality at the offset hides the later tokens
 per sequence masked by its length alone, no causal mask (vLLM's form), so that only the
 length hides the tail of a sequence's last page (garbage, or another sequence's tokens in a
 shared block); and one module's paged and unpaged reads of one cache agreeing
-(``agrees_with_unpaged``); with a score variant (issue 50): a cap, sinks with GQA, and ALiBi at
-rows inside the cache. The plugin is handed the pool as the only copy of the cache
+(``agrees_with_unpaged``); with a score variant (issue 50): a cap, sinks with GQA, ALiBi at
+rows inside the cache, sinks beside a sliding window (gpt-oss's windowed layers), and the
+paged and unpaged reads agreeing under a cap. The plugin is handed the pool as the only copy of the cache
 (``suite.spec.paging.pool_only``): the logical key and value it also gets hold garbage.
 
 A plugin without ``paged`` reports every case unsupported (``suite.spec.paging`` says why).
@@ -234,3 +235,20 @@ def _alibi_rows_at_offsets(seed):
     row's distances from its own position, not from the cache's end or from 0."""
     p = paged(decode_problem(seed, 2, [16, 11, 7], [3, 8, 0]), seed, 4)
     return dataclasses.replace(p, alibi=Alibi(alibi_slopes(4), "distance"))
+
+
+@case("sinks_window")
+def _sinks_window(seed):
+    """gpt-oss's sliding-window layers served from a paged cache: sinks beside a window of
+    5 keys, one row per sequence at the end of caches filled to 14, 9 and 3 on pages of 4
+    (the window's first key inside a page, and a sequence shorter than the window)."""
+    p = paged(decode_problem(seed, 1, [14, 9, 3], window=5, input_scale=2.0), seed, 4)
+    return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 4).standard_normal(4))
+
+
+@case("softcap_agrees_with_unpaged", judge=_judge_unpaged)
+def _softcap_agrees_with_unpaged(seed):
+    """``agrees_with_unpaged`` with Gemma 2's cap (4, inputs x3): a module whose paged kernel
+    drops the cap its contiguous path keeps disagrees with itself, whatever the oracle says."""
+    p = paged(decode_problem(seed, 2, [15, 10, 6], input_scale=3.0), seed, 5, shared=[(2, 0, 1)])
+    return dataclasses.replace(p, softcap=4.0)
