@@ -41,7 +41,7 @@ NUMPY = {  # plugin: (the variant's prefill cases, {family: the cases it must fa
     decode_planted.DecodeDropsCap: ("softcap", {
         "decode": {"softcap_one_row", "softcap_window"}, "paged": {"softcap_one_row"}}),
     decode_planted.DecodeDropsSink: ("sinks", {
-        "decode": {"sinks_window"}, "paged": {"sinks_gqa"}}),
+        "decode": {"sinks_window"}, "paged": {"sinks_gqa", "sinks_window"}}),
     decode_planted.AlibiAtZero: ("alibi", {
         "decode": {"alibi_few_rows", "rel_t5_one_row"}, "paged": {"alibi_rows_at_offsets"}}),
     packed_planted.PackedDropsCap: ("softcap", {
