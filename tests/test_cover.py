@@ -21,7 +21,8 @@ DTYPES = ("bfloat16", "float16", "float32", "float64")
 def _items(impls) -> list:
     """Every catalogue case (and the Hypothesis one) of each (name, impl) in every dtype, as
     the conformance session collects them."""
-    cases = [(c.family, c.name) for c in catalog.ALL] + [("hypothesis", "random_shapes")]
+    cases = [(c.family, c.name) for c in catalog.ALL] + [("hypothesis", "random_shapes"),
+                                                          ("hypothesis", "random_inference")]
     return [cover.Item(f"test_case[{name}-cpu-{dtype}-{fam}/{case}]", impl, name, "cpu", dtype,
                        fam, case)
             for name, impl in impls for dtype in DTYPES for fam, case in cases]
@@ -95,7 +96,8 @@ def test_left_counts_leave_undeclared_mask_forms_out():
     items = _items([("plain", PLAIN)])
     keep = cover.choose(items, [], MASK_FORMS)
     left = cover.left_counts(items, keep)["plain"]
-    assert left["masking"] > 0 and left["hypothesis"] == len(DTYPES) - 1  # one dtype ran
+    # each drawn case ran in one dtype
+    assert left["masking"] > 0 and left["hypothesis"] == 2 * (len(DTYPES) - 1)
     undeclared = sum(1 for it in items if it.family == "mask_forms"
                      and it.case not in PLAIN.mask_forms)
     forms = sum(1 for it, k in zip(items, keep) if it.family == "mask_forms" and not k)

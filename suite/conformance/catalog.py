@@ -5,8 +5,9 @@ agreement families (``suite.conformance.cases``), the mask forms
 (``suite.conformance.families.wrapper``). ``mha-suite repro`` and the conformance tests
 look cases up here.
 
-The Hypothesis family (``hypothesis/random_shapes``) is not here: it draws its problems
-(derandomised, so ``--repeat`` replays it), which no one seed and set of arrays can stand for.
+The Hypothesis family (``hypothesis/random_shapes``, ``hypothesis/random_inference``) is not
+here: it draws its problems (derandomised, so ``--repeat`` replays it), which no one seed and
+set of arrays can stand for.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from suite.conformance.cases import Case
 from suite.conformance.families import mask_forms, properties, wrapper
 
 # Families whose problems are drawn, not fixed: no Case, no standalone reproducer.
-DRAWN = {"hypothesis": "draws its problems with Hypothesis (derandomised: replay it with "
-                       "mha-suite check -k random_shapes --repeat N)"}
+DRAWN = {"hypothesis": "draws its problems with Hypothesis: random_shapes the shapes and masks, "
+                       "random_inference the decode, packed and paged forms, each with the "
+                       "score variants a plugin declares (derandomised: replay one with "
+                       "mha-suite check -k random_shapes --repeat N, or -k random_inference)"}
+# The drawn cases of each such family (each runs as ``test_<name>``).
+DRAWN_CASES = {"hypothesis": ("random_shapes", "random_inference")}
 
 # Tests that run one case and are named otherwise than it (test ids are kept: records and
 # known failures match on them).
@@ -46,10 +51,12 @@ def of_family(family: str) -> List[Case]:
 def from_test(test: str, param: Optional[str]) -> Tuple[str, str]:
     """(family, name) of the case a test runs, from its function name and its case
     parameter: ``test_gradient[...-plain]`` runs gradients/plain, ``test_repeatable[...]``
-    properties/repeatable, ``test_random_shapes[...]`` hypothesis/random_shapes."""
+    properties/repeatable, ``test_random_shapes[...]`` hypothesis/random_shapes (and each
+    drawn case of ``DRAWN_CASES`` so)."""
     name = param or RENAMED.get(test.removeprefix("test_"), test.removeprefix("test_"))
-    if test == "test_random_shapes":
-        return "hypothesis", "random_shapes"
+    for family, drawn in DRAWN_CASES.items():
+        if param is None and name in drawn:
+            return family, name
     if test == "test_gradient":
         return "gradients", name
     found = [c for c in ALL if c.name == name and c.family in ("properties", "gradients")]

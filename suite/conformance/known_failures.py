@@ -173,7 +173,8 @@ def catalogue_tests() -> List[Tuple[str, Optional[str]]]:
             out.append((f"test_{c.name}", None))
         else:
             out.append((FAMILY_TEST.get(c.family, "test_case"), f"{c.family}/{c.name}"))
-    return out + [("test_random_shapes", None), ("test_contract", "contracts/*")]
+    drawn = [(f"test_{name}", None) for names in catalog.DRAWN_CASES.values() for name in names]
+    return out + drawn + [("test_contract", "contracts/*")]
 
 
 def _matches_catalogue(case: str, tests: List[Tuple[str, Optional[str]]]) -> bool:

@@ -15,7 +15,8 @@ case with fixed inputs (``suite.conformance.catalog``), written to an output fol
   and the library: ready for an upstream bug report.
 
 The Hypothesis family draws its problems, so it has no reproducer (replay it with
-``mha-suite check -k random_shapes``, derandomised; ``--repeat N`` for flakiness).
+``mha-suite check -k random_shapes`` or ``-k random_inference``, derandomised; ``--repeat N``
+for flakiness).
 """
 
 from __future__ import annotations

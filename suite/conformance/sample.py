@@ -61,7 +61,7 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
     "paged": ("shared_prefix", "page_not_dividing", "rows_at_offsets"),
     # training mode with dropout 0 is eval mode; the draws' mean and spread, no mask
     "dropout": ("p_zero_is_eval", "mean_and_spread"),
-    "hypothesis": ("random_shapes",),
+    "hypothesis": ("random_shapes", "random_inference"),
     # a wrapper's own translation read back (no library call, milliseconds): the weights, and
     # the two mask parts most often turned over or dropped; non-wrappers are unsupported at once
     "wrapper": ("weights", "mask_key_padding", "mask_bool"),

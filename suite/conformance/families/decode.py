@@ -47,12 +47,13 @@ def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
                    offsets: Optional[Sequence[int]] = None, S: int = DS,
                    K: Optional[int] = None, window: Optional[int] = None,
                    E: int = DE, input_scale: float = 1.0,
-                   value_head_dim: Optional[int] = None) -> Problem:
+                   value_head_dim: Optional[int] = None, B: int = DB, H: int = DH) -> Problem:
     """Lq = L rows per batch at ``offsets`` (default: the last L filled slots,
     ``lengths[b] - L``) of an S-slot cache filled to ``lengths`` (None: no lengths, every
     slot holds a token); slots past a length hold ``GARBAGE``-sized values. ``window``:
     query i also sees only keys j > its position - window (a sliding window). ``E``: the
-    model width (heads of E // 4); ``input_scale``, ``value_head_dim``: ``make_problem``'s."""
+    model width (H heads of E // H); B batch items (one offset and length each);
+    ``input_scale``, ``value_head_dim``: ``make_problem``'s."""
     if offsets is None:
         offsets = [n - L for n in lengths]
     off = np.asarray(offsets, dtype=np.int64)
@@ -61,7 +62,7 @@ def decode_problem(seed: int, L: int, lengths: Optional[Sequence[int]],
         pos = off[:, None] + np.arange(L)[None, :]  # (B, L)
         allowed = (np.arange(S)[None, None, :] > pos[:, :, None] - window)[:, None]
     lens = None if lengths is None else np.asarray(lengths, dtype=np.int64)
-    p = make_problem(seed, DB, L, S, E, DH, K, mask=Mask(
+    p = make_problem(seed, B, L, S, E, H, K, mask=Mask(
         valid_lens=lens, causal=True, allowed=allowed, query_offset=off),
         input_scale=input_scale, value_head_dim=value_head_dim)
     if lens is None:

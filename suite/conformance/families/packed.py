@@ -45,19 +45,21 @@ def segments_of(rows: Sequence[Sequence[int]]) -> np.ndarray:
 
 def packed_problem(seed: int, rows: Sequence[Sequence[int]], causal: bool = False,
                    K: Optional[int] = None, window: Optional[int] = None,
-                   self_attention: bool = True, input_scale: float = 1.0) -> Problem:
+                   self_attention: bool = True, input_scale: float = 1.0,
+                   E: int = PE, H: int = PH, value_head_dim: Optional[int] = None) -> Problem:
     """Attention over rows packed with sequences of the given lengths (one input for query,
     key and value unless ``self_attention`` is False); ``window``: token i also sees only
-    keys j > i - window (within its sequence)."""
+    keys j > i - window (within its sequence); E, H and ``value_head_dim``:
+    ``make_problem``'s."""
     seg = segments_of(rows)
     B, L = seg.shape
     allowed = None
     if window is not None:
         i = np.arange(L)
         allowed = (i[None, :] > i[:, None] - window)[None, None]  # (1, 1, L, L)
-    return make_problem(seed, B, L, L, PE, PH, K, self_attention=self_attention,
+    return make_problem(seed, B, L, L, E, H, K, self_attention=self_attention,
                         mask=Mask(causal=causal, allowed=allowed, segments=seg),
-                        input_scale=input_scale)
+                        input_scale=input_scale, value_head_dim=value_head_dim)
 
 
 @case("loud_neighbour")
