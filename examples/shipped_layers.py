@@ -1,0 +1,57 @@
+"""Transformers attention layers as shipped (implementations/hf/shipped.py): their own
+weights, norms and rotary embeddings, judged on the q, k and v they compute themselves.
+
+    python -m implementations.hf.shipped examples/shipped_layers.py --family masking
+"""
+
+import transformers
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+from transformers.models.gemma2 import modeling_gemma2 as g2
+from transformers.models.llama import modeling_llama as llama
+
+from implementations.hf.shipped import ShippedCore
+from implementations.hf.transformers import DEVIATIONS
+from suite.plugins.interface import Unsupported
+
+
+class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RMSNorms, rope
+    name = "mine.deepseek_v3_attention[shipped]"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale"})
+    deviations = DEVIATIONS["eager"]  # transformers' eager mask: finfo.min, not -inf
+
+    def build(self, p):
+        c = transformers.DeepseekV3Config(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.H, q_lora_rank=12,
+            kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+            attn_implementation=self.attn)
+        return self.layer(ds.DeepseekV3Attention(c, 0), ds.DeepseekV3RotaryEmbedding(c), p)
+
+
+class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, sdpa
+    name, attn = "mine.llama_attention[shipped,sdpa]", "sdpa"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa"})
+    deviations = DEVIATIONS["sdpa"]
+
+    def build(self, p):
+        if p.D % 2:
+            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
+        c = transformers.LlamaConfig(hidden_size=p.E, num_attention_heads=p.H,
+                                     num_key_value_heads=p.K, head_dim=p.D,
+                                     attn_implementation=self.attn)
+        return self.layer(llama.LlamaAttention(c, 0), llama.LlamaRotaryEmbedding(c), p)
+
+
+class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, rotary
+    name = "mine.gemma2_attention[shipped]"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
+                          "softcap"})
+    deviations = DEVIATIONS["eager"]
+
+    def build(self, p):
+        if p.D % 2:
+            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
+        c = transformers.Gemma2Config(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
+            query_pre_attn_scalar=p.D, attn_logit_softcapping=p.softcap,
+            attn_implementation=self.attn)
+        return self.layer(g2.Gemma2Attention(c, 0), g2.Gemma2RotaryEmbedding(c), p)

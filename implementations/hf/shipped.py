@@ -1,0 +1,422 @@
+"""Modules as shipped: a module run with its own weights, norms and rotary embeddings, judged
+on the query, key and value it computes itself.
+
+A module plugin (``TorchModuleCore``) loads the problem's weights into the module's four
+projections, so whatever a module computes between them (multi-head latent attention's
+``q_a_layernorm``/``kv_a_layernorm``, QK-norm, rotary embeddings) has to be an identity there.
+``ShippedCore`` keeps the module whole instead. It builds the module with its own (seeded)
+initial weights, loads nothing, runs it on the case's input and mask, and records what the
+module hands its attention function: for a transformers layer, a function registered in
+``transformers.AttentionInterface`` (``CAPTURE``) that every layer of the module is routed
+to; it records query (B, H, L, d), key and value (B, K, S, d|V), the mask and the keyword
+arguments (``scaling``, ``softcap``, ``s_aux``, ``dropout``, ...), calls the attention
+function the layer was configured with (its modeling file's ``eager_attention_forward``, or
+the registered ``sdpa``, ``flex_attention``, ...) and records its output (B, L, H, V).
+
+``run_shipped`` then poses the suite's problem on those tensors (``pose``): the captured
+heads as the inputs, identity projections (exact in every dtype), the case's mask, scale and
+score variants (a cap, sinks, ALiBi, a table), and judges the output the attention function
+computed against the float64 oracle of that problem with the suite's judge
+(``suite.conformance.judge.judge``: the agreement rule, the plugin's declared deviations, the
+known behaviours). The scale is the problem's when it sets one, else 1/sqrt(d) of the
+captured query heads. What is judged is the module's attention on its own q, k and v: the
+projections, norms, rotary and output projection run as shipped and are not judged
+(``run_shipped`` does fail a module whose own q, k or v hold NaN or inf where the case's
+input has none, or which calls its attention function other than once).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import math
+import sys
+import weakref
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from implementations.torch.common import TorchModuleCore
+from suite.conformance.judge import Outcome, error_text, judge, library_refuses
+from suite.plugins.interface import Result, Unsupported, declared, expressible
+from suite.spec.problem import Problem, Weights
+
+# The name the capturing function is registered under in transformers' AttentionInterface.
+CAPTURE = "mha_suite_shipped"
+
+# Problem fields that are about the projections, not the attention on q, k and v: a module
+# as shipped has its own (``unposable``).
+_PROJECTION_FEATURES = {
+    "value_width": "the value heads' width is the module's own as shipped (the problem's "
+                   "value_head_dim shapes W_v and W_o, which the module does not take)",
+    "grad": "gradients of the problem's weights: the module keeps its own weights",
+    "weights": "attention weights are not captured yet",
+    "steps": "a generation problem calls the attention function once per chunk: not posed "
+             "yet",
+    "static_cache": "a static cache: not posed yet",
+    "paged": "a paged cache: not posed yet",
+    "dropout": "training mode draws: the dropout family judges repeated draws, not one call",
+}
+
+
+@dataclasses.dataclass
+class Captured:
+    """One call of a module's attention function, as float64 NumPy arrays."""
+
+    query: np.ndarray  # (B, H, L, d)
+    key: np.ndarray  # (B, K, S, d)
+    value: np.ndarray  # (B, K, S, V)
+    output: np.ndarray  # (B, L, H, V), as transformers' attention functions return it
+    mask: Optional[np.ndarray]  # the attention_mask the module passed, as it passed it
+    kwargs: Dict[str, Any]  # scaling, softcap, dropout, sliding_window, s_aux, is_causal, ...
+    via: str  # the attention function that computed ``output``
+
+    def handed(self) -> str:
+        """The keyword arguments the module passed, in one line."""
+        def show(v: Any) -> str:
+            if isinstance(v, np.ndarray):
+                return f"array{v.shape}"
+            return f"{v:.6g}" if isinstance(v, float) else repr(v)
+        said = ", ".join(f"{k}={show(v)}" for k, v in sorted(self.kwargs.items()))
+        return f"{self.via}({said})"
+
+
+_RECORDS: contextvars.ContextVar[Optional[List[Captured]]] = contextvars.ContextVar(
+    "mha_suite_shipped_records", default=None)
+# True inside ``run_shipped``: elsewhere (``mha-suite check``, the usual cases) a
+# ``ShippedCore`` refuses the problem, whose weights it does not hold.
+_AS_SHIPPED: contextvars.ContextVar[bool] = contextvars.ContextVar("mha_suite_as_shipped",
+                                                                   default=False)
+NOT_HERE = ("as shipped: the module keeps its own weights, norms and rotary, so the problem's "
+            "oracle does not apply; run it with python -m implementations.hf.shipped")
+# The attention implementation each routed layer was configured with, by layer.
+_REAL: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+
+
+def _np(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        return t.detach().to("cpu", torch.float64).numpy().copy()
+    return t
+
+
+def _real_function(module: torch.nn.Module):
+    """The attention function ``module`` was configured with: its modeling file's
+    ``eager_attention_forward`` for "eager", else the one registered under its name."""
+    from transformers import AttentionInterface
+
+    name = _REAL.get(module)
+    if name is None:
+        raise RuntimeError(f"{type(module).__name__} called {CAPTURE!r} but was not routed "
+                           f"by implementations.hf.shipped.route_attention")
+    if name != "eager":
+        return name, AttentionInterface()[name]
+    for cls in type(module).__mro__:  # a subclass defined elsewhere: its base's modeling file
+        fn = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
+        if fn is not None:
+            return f"{cls.__module__}.eager_attention_forward", fn
+    raise RuntimeError(f"no eager_attention_forward in the modeling file of "
+                       f"{type(module).__name__} or its bases")
+
+
+def capture_forward(module, query, key, value, attention_mask, **kwargs):
+    """The function registered as ``CAPTURE``: calls the real one and records the call."""
+    via, real = _real_function(module)
+    out, weights = real(module, query, key, value, attention_mask, **kwargs)
+    records = _RECORDS.get()
+    if records is not None:
+        records.append(Captured(_np(query), _np(key), _np(value), _np(out), _np(attention_mask),
+                                {k: _np(v) for k, v in kwargs.items()}, via))
+    return out, weights
+
+
+def route_attention(module: torch.nn.Module) -> torch.nn.Module:
+    """Route every layer of ``module`` whose config names an attention implementation
+    through ``CAPTURE`` (each keeps the function it was configured with)."""
+    from transformers import AttentionInterface
+
+    if CAPTURE not in AttentionInterface():
+        AttentionInterface.register(CAPTURE, capture_forward)
+    for m in module.modules():
+        config = getattr(m, "config", None)
+        if config is None or not hasattr(config, "_attn_implementation"):
+            continue
+        name = config._attn_implementation
+        if name != CAPTURE:  # routed already (a config shared by several layers): kept
+            _REAL[m] = name or "eager"
+    for m in module.modules():
+        config = getattr(m, "config", None)
+        if m in _REAL and config._attn_implementation != CAPTURE:
+            config._attn_implementation = CAPTURE
+    return module
+
+
+class ShippedLayer(torch.nn.Module):
+    """A transformers attention layer as its model runs it: its own rotary embedding
+    (``rotary``, None for none) computes cos and sin at positions 0..L-1, the mask goes in
+    as ``attention_mask`` and ``is_causal=False`` (the mask holds the problem's causality)."""
+
+    def __init__(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module] = None):
+        super().__init__()
+        self.attn, self.rotary = attn, rotary
+
+    def forward(self, hidden: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                **kwargs: Any):
+        B, L = hidden.shape[:2]
+        if self.rotary is not None:
+            positions = torch.arange(L, device=hidden.device)[None].expand(B, L)
+            kwargs["position_embeddings"] = self.rotary(hidden, positions)
+        return self.attn(hidden, attention_mask=attention_mask, is_causal=False, **kwargs)
+
+
+class ShippedCore(TorchModuleCore):
+    """A module as shipped: ``build`` returns it (for a transformers layer,
+    ``self.layer(attention, rotary, problem)``), ``call`` runs it (the default: a
+    ``ShippedLayer`` with the mask folded into one additive mask, ``finfo.min`` where masked
+    on transformers' eager path, -inf on the others). Nothing is loaded into it: its
+    weights are its own initial ones, drawn with torch's generator seeded ``weight_seed``.
+    Run it with ``run_shipped`` / ``check_shipped`` (the usual ``mha-suite check`` judges
+    the problem's weights, which such a module does not hold)."""
+
+    framework = "hf"
+    kv_source = "self"  # a layer takes one hidden_states
+    projection_bias = False  # the problem's projections are not the module's
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})
+    attn = "eager"  # the attention implementation the layer's config names
+    weight_seed = 0
+
+    def layer(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module],
+              problem: Problem) -> ShippedLayer:
+        """``attn`` with its ``rotary`` embedding; the problem's scale, when it sets one, as
+        the layer's ``scaling`` (what transformers' layers pass as ``scaling=``)."""
+        if problem.scale is not None:
+            attn.scaling = float(problem.scale)
+        return ShippedLayer(attn, rotary)
+
+    def build_for(self, problem: Problem, *, shared_input: bool) -> torch.nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.weight_seed)
+            module = self.build(problem)
+        return route_attention(module)
+
+    def prepare(self, problem: Problem, device: str, dtype: str, **kw: Any) -> Dict[str, Any]:
+        if not _AS_SHIPPED.get():
+            raise Unsupported(NOT_HERE)
+        return super().prepare(problem, device, dtype, **kw)
+
+    def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
+        """Nothing: the module keeps its own weights."""
+
+    def check_wrapper(self, problem: Problem) -> List[str]:
+        raise Unsupported("as shipped: the module keeps its own weights (nothing to read back)")
+
+    def call(self, module, query, key, value, mask, need_weights):
+        fill = torch.finfo(query.dtype).min if self.attn == "eager" else -math.inf
+        out = module(query, mask.additive(fill))
+        return (out[0] if isinstance(out, tuple) else out), None
+
+    def run(self, state: Dict[str, Any]):
+        records: List[Captured] = []
+        token = _RECORDS.set(records)
+        try:
+            return super().run(state)
+        finally:
+            _RECORDS.reset(token)
+            state["captured"] = records
+
+
+# --- posing the problem on the captured tensors, and judging ----------------------------------
+def pose(p: Problem, c: Captured) -> Problem:
+    """The suite's problem on the captured heads: inputs the captured q, k, v (each head's
+    q and k zero-padded to D' = max(d, V), which leaves every q.k unchanged), identity
+    projections (exact in every dtype), no biases; the mask, score variants and scale of
+    ``p`` (its scale, or 1/sqrt(d) of the captured heads). Its output's first H*V columns
+    are the attention function's heads; the rest are zero."""
+    B, H, L, d = c.query.shape
+    K, V = c.key.shape[1], c.value.shape[3]
+    Dp = max(d, V)
+    E = H * Dp
+
+    def heads_to_rows(x: np.ndarray, width: int) -> np.ndarray:  # (B, n, T, w) -> (B, T, E)
+        n, T, w = x.shape[1], x.shape[2], x.shape[3]
+        padded = np.zeros((B, n, T, width))
+        padded[..., :w] = x
+        rows = padded.transpose(0, 2, 1, 3).reshape(B, T, n * width)
+        out = np.zeros((B, T, E))
+        out[..., :n * width] = rows
+        return out
+
+    eye = np.eye(E)
+    weights = Weights(w_q=eye, w_k=eye[:, :K * Dp], w_v=eye[:, :K * V], w_o=eye[:H * V])
+    scale = p.scale if p.scale is not None else 1.0 / math.sqrt(d)
+    return dataclasses.replace(
+        p, query=heads_to_rows(c.query, Dp), key=heads_to_rows(c.key, Dp),
+        value=heads_to_rows(c.value, V), weights=weights, num_heads=H, num_kv_heads=K,
+        scale=scale, value_head_dim=None if V == Dp else V, grad_output=None)
+
+
+def posed_output(c: Captured, posed: Problem) -> np.ndarray:
+    """The attention function's output (B, L, H, V) through the posed problem's identity
+    output projection, in float64 (exact; a NaN head spreads over its row as it does in the
+    oracle's product)."""
+    B, L, H, V = c.output.shape
+    with np.errstate(invalid="ignore"):
+        return c.output.reshape(B, L, H * V) @ posed.weights.w_o
+
+
+def unposable(impl: Any, p: Problem) -> Optional[str]:
+    """Why ``p`` cannot be judged on a module as shipped (None: it can)."""
+    needs = p.features()
+    for feature, why in _PROJECTION_FEATURES.items():
+        if feature in needs:
+            return why
+    missing = sorted(needs - frozenset(declared(impl, "features")))
+    return f"needs {', '.join(missing)}" if missing else None
+
+
+def _mismatch(p: Problem, c: Captured) -> Optional[str]:
+    """Why the captured call is not the attention of ``p`` (shapes, head grouping)."""
+    B, H, L, d = c.query.shape
+    if (B, H, L) != (p.B, p.H, p.L) or c.key.shape[0] != B or c.key.shape[2] != p.S:
+        return (f"the module's attention call has query {c.query.shape} and key "
+                f"{c.key.shape}; the problem is B={p.B}, H={p.H}, Lq={p.L}, Lk={p.S}")
+    K = c.key.shape[1]
+    if c.key.shape[3] != d or c.value.shape[:3] != c.key.shape[:3] or H % K:
+        return f"query {c.query.shape}, key {c.key.shape}, value {c.value.shape} do not pair"
+    if c.output.shape != (B, L, H, c.value.shape[3]):
+        return (f"the attention function returned {c.output.shape}, expected "
+                f"(B, L, H, V) = {(B, L, H, c.value.shape[3])}")
+    return None
+
+
+def _leaked(p: Problem, c: Captured) -> Optional[str]:
+    """NaN or inf in the module's own q, k or v where the case's inputs hold none (a norm or
+    rotary that spreads a special value, or makes one)."""
+    bad_q = ~np.isfinite(p.query).all(-1)  # (B, L)
+    bad_kv = ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))  # (B, S)
+    for what, x, bad in (("query", c.query, bad_q), ("key", c.key, bad_kv),
+                         ("value", c.value, bad_kv)):
+        made = ~np.isfinite(x).all(axis=(1, 3)) & ~bad  # (B, T)
+        if made.any():
+            b, t = np.argwhere(made)[0]
+            return (f"the module's own {what} holds NaN or inf at batch {b}, position {t}, "
+                    f"where the case's input is finite")
+    return None
+
+
+def run_shipped(impl: ShippedCore, out: Outcome, p: Problem) -> Outcome:
+    """Run problem ``p`` on the module as shipped and judge the attention it computed on its
+    own q, k and v against the oracle of ``pose(p, captured)``; fills in ``out``."""
+    try:
+        p = expressible(impl, p)
+    except Unsupported as exc:
+        return out.classify("unsupported", str(exc))
+    why = unposable(impl, p)
+    if why:
+        return out.classify("unsupported", why)
+    token = _AS_SHIPPED.set(True)
+    try:
+        state = impl.prepare(p, out.device, out.dtype)
+        handle = impl.run(state)
+        impl.synchronize(state)
+        impl.fetch(state, handle)
+    except Unsupported as exc:
+        return out.classify("unsupported", str(exc) or type(exc).__name__)
+    except Exception as exc:  # a plugin that raises is reported, the run goes on
+        if library_refuses(exc, impl):
+            return out.classify("unsupported", f"the library does not implement this call: "
+                                               f"{error_text(exc, impl)}")
+        return out.classify("error", error_text(exc, impl))
+    finally:
+        _AS_SHIPPED.reset(token)
+    calls: List[Captured] = state["captured"]
+    if len(calls) != 1:
+        return out.classify("error", f"the module called its attention function "
+                                     f"{len(calls)} times (one call is posed; routed through "
+                                     f"{CAPTURE!r} by ShippedCore.build_for)")
+    c = calls[0]
+    wrong = _mismatch(p, c) or _leaked(p, c)
+    if wrong:
+        return out.classify("fail", wrong)
+    posed = pose(p, c).validate(finite=False)
+    judged = judge(impl, out, posed, Result(posed_output(c, posed)))
+    if judged.outcome == "fail":
+        judged.reason = f"{judged.reason}; the module called {c.handed()}"
+    return judged
+
+
+def check_shipped(impl: ShippedCore, families: Optional[Sequence[str]] = None,
+                  dtype: str = "float32", device: str = "cpu",
+                  names: Optional[Sequence[str]] = None) -> List[Outcome]:
+    """Every agreement case of ``families`` (default: all; ``names`` narrows to those case
+    names) run as shipped on ``impl``; a case judged by a property (dropout, layouts) is
+    unsupported here."""
+    from suite.conformance import cases
+
+    outcomes = []
+    for case in cases.CASES:
+        if (families is not None and case.family not in families) or \
+                (names is not None and case.name not in names):
+            continue
+        out = Outcome(impl.name, device, dtype, case.family, case.name, case.seed, "pass")
+        if case.judge is not None:
+            outcomes.append(out.classify("unsupported", f"the {case.family} family judges a "
+                                         f"property of its own calls, not one attention call"))
+            continue
+        if case.distinct_kv:
+            outcomes.append(out.classify("unsupported", "needs key != value; a layer takes "
+                                                        "one hidden_states"))
+            continue
+        try:
+            problem = case.problem_for(impl)
+        except Unsupported as exc:
+            outcomes.append(out.classify("unsupported", str(exc)))
+            continue
+        outcomes.append(run_shipped(impl, out, problem))
+    return outcomes
+
+
+def summary(outcomes: Sequence[Outcome]) -> Dict[str, int]:
+    """Outcome -> count."""
+    counts: Dict[str, int] = {}
+    for o in outcomes:
+        counts[o.outcome] = counts.get(o.outcome, 0) + 1
+    return counts
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m implementations.hf.shipped PLUGIN [--family F ...] [--dtype T]``:
+    every name the plugin file (or module) registers that is a ``ShippedCore``, run as
+    shipped; one line per case that did not pass, then the counts. Exit 1 on a failure
+    or an error."""
+    import argparse
+
+    from implementations.hf import shipped  # under -m this file is __main__: one class
+    from suite.plugins import registry
+
+    ap = argparse.ArgumentParser(prog="python -m implementations.hf.shipped")
+    ap.add_argument("plugin", help="path/to/file.py or package.module (as --plugin)")
+    ap.add_argument("--family", action="append", help="a case family (repeatable)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    classes = [c for c in registry._classes_in(registry._load_object(args.plugin))
+               if isinstance(c, type) and issubclass(c, shipped.ShippedCore)]
+    if not classes:
+        print(f"{args.plugin}: no ShippedCore plugin in it", file=sys.stderr)
+        return 2
+    bad = 0
+    for cls in classes:
+        outcomes = shipped.check_shipped(cls(), args.family, args.dtype, args.device)
+        for o in outcomes:
+            if o.outcome not in ("pass", "unsupported"):
+                print(f"{cls.name} {o.family}/{o.case}: {o.outcome}: {o.reason}")
+        counts = summary(outcomes)
+        bad += counts.get("fail", 0) + counts.get("error", 0)
+        print(f"{cls.name} [{args.dtype}]: " + ", ".join(f"{n} {k}" for k, n in
+                                                         sorted(counts.items())))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Modules as shipped (implementations/hf/shipped.py): a transformers layer runs with its own
+weights, norms and rotary embeddings, the q, k and v it hands its attention function are
+captured, and the attention it computed on them is judged against the oracle of the same
+problem posed on them. The example layers (examples/shipped_layers.py) pass; a layer whose
+norms and rotary are real but whose attention drops the cap, or applies the mask one key
+off, fails exactly the cases about them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from suite.conformance import catalog  # noqa: E402
+from suite.conformance.judge import Outcome, run_case  # noqa: E402
+
+MASKING = ("none", "valid_lens", "causal", "bool_mask", "bias", "combined",
+           "fully_masked_valid_lens")
+SOFTCAP = ("softcap_valid_lens", "softcap_large_logits", "softcap_self_causal_padding")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from implementations.hf import shipped
+
+    return shipped
+
+
+@pytest.fixture(scope="module")
+def layers():
+    from examples import shipped_layers
+
+    return shipped_layers
+
+
+def _outcomes(shipped, impl, families, names, dtype="float32"):
+    out = {o.case: o for o in shipped.check_shipped(impl, families, dtype, names=names)}
+    assert set(out) == set(names), sorted(set(names) - set(out))
+    return out
+
+
+def _verdicts(outcomes):
+    return {name: o.outcome for name, o in outcomes.items()}
+
+
+@pytest.mark.parametrize("plugin", ["LatentAttention", "RotaryAttention", "CappedAttention"])
+def test_example_layers_pass_the_masking_cases_as_shipped(shipped, layers, plugin):
+    impl = getattr(layers, plugin)()
+    got = _verdicts(_outcomes(shipped, impl, ["masking"], MASKING))
+    # transformers' eager mask fills with finfo.min: the rows with no key follow the declared
+    # mean of the values; the sdpa path gives the spec's zero rows
+    dead = "pass" if impl.attn == "sdpa" else "deviation"
+    assert got == {**{n: "pass" for n in MASKING}, "fully_masked_valid_lens": dead}, got
+
+
+def test_the_capped_layer_passes_its_cap_cases_as_shipped(shipped, layers):
+    got = _verdicts(_outcomes(shipped, layers.CappedAttention(), ["variants"], SOFTCAP))
+    assert got == {n: "pass" for n in SOFTCAP}, got
+
+
+def test_the_layers_own_norms_and_rotary_are_in_what_is_judged(shipped, layers):
+    """The captured q is the module's: the latent RMSNorm and the rotary embedding applied
+    (not the projections' output), and the oracle is posed on it with identity projections
+    whose output is the attention function's heads."""
+    impl = layers.LatentAttention()
+    p = catalog.get("masking", "causal").problem_for(impl)
+    token = shipped._AS_SHIPPED.set(True)
+    try:
+        state = impl.prepare(p, "cpu", "float64")
+        impl.run(state)
+    finally:
+        shipped._AS_SHIPPED.reset(token)
+    (c,) = state["captured"]
+    attn = state["module"].attn
+    x = torch.tensor(p.query)
+    with torch.no_grad():
+        q = attn.q_b_proj(attn.q_a_layernorm(attn.q_a_proj(x))).view(p.B, p.L, p.H, -1)
+    q = q.transpose(1, 2).numpy()
+    nope = attn.qk_nope_head_dim
+    assert c.query.shape == (p.B, p.H, p.L, 10) and c.value.shape[-1] == 5
+    np.testing.assert_array_equal(c.query[..., :nope], q[..., :nope])  # normed, not rotated
+    assert not np.allclose(c.query[..., nope:], q[..., nope:])  # rotated by the positions
+    rope = q[:, :, 0, nope:]  # position 0: cos 1, sin 0, DeepSeek's interleaved pairs
+    np.testing.assert_array_equal(c.query[:, :, 0, nope:],
+                                  np.concatenate([rope[..., 0::2], rope[..., 1::2]], -1))
+    posed = shipped.pose(p, c)
+    assert posed.scale == pytest.approx(c.kwargs["scaling"]) and posed.V == 5
+    from suite.spec import oracle
+
+    ref, _ = oracle.oracle(posed)
+    got = shipped.posed_output(c, posed)  # (B, L, H*D'): the heads, then zero columns
+    assert (got[..., p.H * 5:] == 0).all() and (ref[..., p.H * 5:] == 0).all()
+    # transformers' eager path takes its softmax in float32 (the float64 known failure of
+    # hf.*[eager]): about 1e-7 from the float64 oracle, 0.25 if the heads were misread
+    assert 1e-9 < np.abs(got - ref).max() < 1e-6
+
+
+def test_a_layer_that_drops_its_cap_fails_the_cap_cases_only(shipped, layers):
+    class DropsCap(layers.CappedAttention):  # the config's cap, never handed to attention
+        name = "planted.gemma2_attention[drops_cap]"
+
+        def build(self, p):
+            module = super().build(p)
+            module.attn.attn_logit_softcapping = None  # the forward passes softcap=this
+            return module
+
+    impl = DropsCap()
+    capped = _outcomes(shipped, impl, ["variants"], SOFTCAP)
+    assert {n: o.outcome for n, o in capped.items()} == {n: "fail" for n in SOFTCAP}
+    assert "softcap=None" in capped["softcap_large_logits"].reason
+    plain = _verdicts(_outcomes(shipped, impl, ["masking"], ("none", "causal")))
+    assert plain == {"none": "pass", "causal": "pass"}, plain
+
+
+def _register_mask_one_key_off():
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def mask_one_key_off(module, query, key, value, attention_mask, **kwargs):
+        if attention_mask is not None:  # each row's mask read one key to the right
+            attention_mask = torch.roll(attention_mask, 1, dims=-1)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("planted_mask_one_key_off", mask_one_key_off)
+
+
+def test_a_latent_layer_whose_attention_shifts_the_mask_fails_the_masked_cases(shipped,
+                                                                                layers):
+    _register_mask_one_key_off()
+
+    class ShiftsMask(layers.LatentAttention):  # real norms and rotary, a faulty attention
+        name, attn = "planted.deepseek_v3_attention[mask_off]", "planted_mask_one_key_off"
+        deviations = {}
+
+    got = _outcomes(shipped, ShiftsMask(), ["masking"], ("none", "valid_lens", "causal",
+                                                         "bool_mask"))
+    assert _verdicts(got) == {"none": "pass", "valid_lens": "fail", "causal": "fail",
+                              "bool_mask": "fail"}, _verdicts(got)
+    assert "the module called planted_mask_one_key_off(" in got["causal"].reason
+
+
+def test_the_usual_harness_refuses_a_module_as_shipped(shipped, layers):
+    impl = layers.LatentAttention()
+    out = run_case(impl, impl.name, "cpu", "float32", catalog.get("masking", "none"))
+    assert out.outcome == "unsupported" and "as shipped" in out.reason
+
+
+def test_cases_about_the_projections_are_unsupported(shipped, layers):
+    impl = layers.RotaryAttention()
+    got = _outcomes(shipped, impl, ["variants"], ("value_width_wide_gqa",))
+    assert got["value_width_wide_gqa"].outcome == "unsupported"
+    assert "value heads' width" in got["value_width_wide_gqa"].reason
+
+
+def test_a_layer_calling_no_attention_function_is_an_error(shipped, layers):
+    class Bypass(layers.RotaryAttention):
+        name = "planted.llama_attention[bypass]"
+
+        def call(self, module, query, key, value, mask, need_weights):
+            return module.attn.o_proj(module.attn.q_proj(query)), None
+
+    out = shipped.run_shipped(Bypass(), Outcome("x", "cpu", "float32", "masking", "none", 0,
+                                                "pass"),
+                              catalog.get("masking", "none").problem_for(Bypass()))
+    assert out.outcome == "error" and "0 times" in out.reason
