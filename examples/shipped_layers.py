@@ -7,6 +7,7 @@ weights, norms and rotary embeddings, judged on the q, k and v they compute them
 import transformers
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 from transformers.models.gemma2 import modeling_gemma2 as g2
+from transformers.models.gemma3 import modeling_gemma3 as g3
 from transformers.models.llama import modeling_llama as llama
 
 from implementations.hf.shipped import ShippedCore
@@ -55,3 +56,19 @@ class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, r
             query_pre_attn_scalar=p.D, attn_logit_softcapping=p.softcap,
             attn_implementation=self.attn)
         return self.layer(g2.Gemma2Attention(c, 0), g2.Gemma2RotaryEmbedding(c), p)
+
+
+class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, then rotary
+    name = "mine.gemma3_attention[shipped]"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa"})
+    deviations = DEVIATIONS["eager"]
+
+    def build(self, p):
+        if p.D % 2:
+            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
+        c = transformers.Gemma3TextConfig(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
+            query_pre_attn_scalar=p.D, attn_logit_softcapping=p.softcap,
+            attn_implementation=self.attn)
+        attn = g3.Gemma3Attention(c, 0)
+        return self.layer(attn, g3.Gemma3RotaryEmbedding(c), p, layer_type=attn.layer_type)

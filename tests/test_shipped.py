@@ -167,3 +167,59 @@ def test_a_layer_calling_no_attention_function_is_an_error(shipped, layers):
                                                 "pass"),
                               catalog.get("masking", "none").problem_for(Bypass()))
     assert out.outcome == "error" and "0 times" in out.reason
+
+
+def test_gemma3s_qk_norm_layer_as_shipped_and_the_cap_its_forward_never_hands_on(shipped,
+                                                                                 layers):
+    """Gemma3Attention (q_norm and k_norm, then rotary) passes the masking cases as shipped.
+    Its config takes attn_logit_softcapping, but its forward (transformers 5.24) hands the
+    attention function no softcap=: a plugin declaring the cap fails every cap case, the
+    module's call showing no softcap. Keyed to the source, so a release that passes it on
+    must pass them."""
+    import inspect
+
+    from transformers.models.gemma3 import modeling_gemma3
+
+    impl = layers.QKNormAttention()
+    got = _verdicts(_outcomes(shipped, impl, ["masking"], MASKING))
+    assert got == {**{n: "pass" for n in MASKING}, "fully_masked_valid_lens": "deviation"}, got
+
+    class Capped(layers.QKNormAttention):
+        name = "mine.gemma3_attention[shipped,softcap]"
+        features = layers.QKNormAttention.features | {"softcap"}
+
+    capped = _outcomes(shipped, Capped(), ["variants"], SOFTCAP)
+    hands_cap = "softcap=" in inspect.getsource(modeling_gemma3.Gemma3Attention.forward)
+    want = "pass" if hands_cap else "fail"
+    assert _verdicts(capped) == {n: want for n in SOFTCAP}, _verdicts(capped)
+    if not hands_cap:
+        assert "softcap" not in capped["softcap_large_logits"].reason.split("module called")[1]
+
+
+@pytest.fixture(scope="module")
+def torch_module():
+    from examples import shipped_torch_module
+
+    return shipped_torch_module
+
+
+def test_a_torch_modules_sdpa_call_is_captured_and_judged(shipped, torch_module):
+    """A plain torch module (QK-norm, rotary, torch's SDPA): its SDPA call is read; the
+    module passes the masking cases; the same module handed the mask transposed (each row
+    reads a column of the mask) fails the masked ones and passes the unmasked one."""
+    names = ("none", "valid_lens", "causal", "bool_mask", "fully_masked_valid_lens")
+    got = _verdicts(_outcomes(shipped, torch_module.NormedRotary(), ["masking"], names))
+    assert got == {n: "pass" for n in names}, got
+
+    class Transposed(torch_module.NormedRotary):
+        name = "planted.normed_rotary[mask_transposed]"
+
+        def call(self, module, query, key, value, mask, need_weights):
+            m = mask.additive()
+            return module(query, None if m is None else m.transpose(-1, -2)), None
+
+    bad = _outcomes(shipped, Transposed(), ["masking"], names[:4])
+    assert _verdicts(bad) == {"none": "pass", "valid_lens": "fail", "causal": "fail",
+                              "bool_mask": "fail"}, _verdicts(bad)
+    assert "scaled_dot_product_attention(" in bad["causal"].reason
+    assert torch.nn.functional.scaled_dot_product_attention.__module__.startswith("torch")

@@ -130,6 +130,26 @@ def capture_forward(module, query, key, value, attention_mask, **kwargs):
     return out, weights
 
 
+def _recording_sdpa(real):
+    """``real`` (torch's SDPA) recording each call as ``capture_forward`` does."""
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             **kwargs):
+        out = real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                   is_causal=is_causal, scale=scale, **kwargs)
+        records = _RECORDS.get()
+        if records is not None:
+            if out.dim() != 4:
+                raise ValueError(f"as shipped: SDPA called with {query.dim()}-d query; the "
+                                 f"capture reads (B, H, L, d) heads")
+            records.append(Captured(
+                _np(query), _np(key), _np(value), _np(out.transpose(1, 2)), _np(attn_mask),
+                {"dropout_p": dropout_p, "is_causal": is_causal, "scale": scale,
+                 **{k: _np(v) for k, v in kwargs.items()}},
+                "torch.nn.functional.scaled_dot_product_attention"))
+        return out
+    return sdpa
+
+
 def route_attention(module: torch.nn.Module) -> torch.nn.Module:
     """Route every layer of ``module`` whose config names an attention implementation
     through ``CAPTURE`` (each keeps the function it was configured with)."""
@@ -153,19 +173,22 @@ def route_attention(module: torch.nn.Module) -> torch.nn.Module:
 
 class ShippedLayer(torch.nn.Module):
     """A transformers attention layer as its model runs it: its own rotary embedding
-    (``rotary``, None for none) computes cos and sin at positions 0..L-1, the mask goes in
+    (``rotary``, None for none; ``rotary_kwargs`` its other arguments, Gemma 3's
+    ``layer_type``) computes cos and sin at positions 0..L-1, the mask goes in
     as ``attention_mask`` and ``is_causal=False`` (the mask holds the problem's causality)."""
 
-    def __init__(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module] = None):
+    def __init__(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module] = None,
+                 **rotary_kwargs: Any):
         super().__init__()
-        self.attn, self.rotary = attn, rotary
+        self.attn, self.rotary, self.rotary_kwargs = attn, rotary, rotary_kwargs
 
     def forward(self, hidden: torch.Tensor, attention_mask: Optional[torch.Tensor],
                 **kwargs: Any):
         B, L = hidden.shape[:2]
         if self.rotary is not None:
             positions = torch.arange(L, device=hidden.device)[None].expand(B, L)
-            kwargs["position_embeddings"] = self.rotary(hidden, positions)
+            kwargs["position_embeddings"] = self.rotary(hidden, positions,
+                                                        **self.rotary_kwargs)
         return self.attn(hidden, attention_mask=attention_mask, is_causal=False, **kwargs)
 
 
@@ -183,21 +206,25 @@ class ShippedCore(TorchModuleCore):
     projection_bias = False  # the problem's projections are not the module's
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})
     attn = "eager"  # the attention implementation the layer's config names
+    # Where the q, k, v are read: "attention_interface" (a transformers layer's call of its
+    # attention function) or "sdpa" (a torch module's calls of
+    # torch.nn.functional.scaled_dot_product_attention, looked up at call time as F.<name>)
+    capture = "attention_interface"
     weight_seed = 0
 
     def layer(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module],
-              problem: Problem) -> ShippedLayer:
+              problem: Problem, **rotary_kwargs: Any) -> ShippedLayer:
         """``attn`` with its ``rotary`` embedding; the problem's scale, when it sets one, as
         the layer's ``scaling`` (what transformers' layers pass as ``scaling=``)."""
         if problem.scale is not None:
             attn.scaling = float(problem.scale)
-        return ShippedLayer(attn, rotary)
+        return ShippedLayer(attn, rotary, **rotary_kwargs)
 
     def build_for(self, problem: Problem, *, shared_input: bool) -> torch.nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.weight_seed)
             module = self.build(problem)
-        return route_attention(module)
+        return route_attention(module) if self.capture == "attention_interface" else module
 
     def prepare(self, problem: Problem, device: str, dtype: str, **kw: Any) -> Dict[str, Any]:
         if not _AS_SHIPPED.get():
@@ -211,16 +238,21 @@ class ShippedCore(TorchModuleCore):
         raise Unsupported("as shipped: the module keeps its own weights (nothing to read back)")
 
     def call(self, module, query, key, value, mask, need_weights):
-        fill = torch.finfo(query.dtype).min if self.attn == "eager" else -math.inf
+        eager = self.capture == "attention_interface" and self.attn == "eager"
+        fill = torch.finfo(query.dtype).min if eager else -math.inf
         out = module(query, mask.additive(fill))
         return (out[0] if isinstance(out, tuple) else out), None
 
     def run(self, state: Dict[str, Any]):
         records: List[Captured] = []
         token = _RECORDS.set(records)
+        real = torch.nn.functional.scaled_dot_product_attention
+        if self.capture == "sdpa":
+            torch.nn.functional.scaled_dot_product_attention = _recording_sdpa(real)
         try:
             return super().run(state)
         finally:
+            torch.nn.functional.scaled_dot_product_attention = real
             _RECORDS.reset(token)
             state["captured"] = records
 
