@@ -12,6 +12,8 @@ to; it records query (B, H, L, d), key and value (B, K, S, d|V), the mask and th
 arguments (``scaling``, ``softcap``, ``s_aux``, ``dropout``, ...), calls the attention
 function the layer was configured with (its modeling file's ``eager_attention_forward``, or
 the registered ``sdpa``, ``flex_attention``, ...) and records its output (B, L, H, V).
+A plain torch module (``capture = "sdpa"``) is read at its calls of
+``torch.nn.functional.scaled_dot_product_attention`` instead.
 
 ``run_shipped`` then poses the suite's problem on those tensors (``pose``): the captured
 heads as the inputs, identity projections (exact in every dtype), the case's mask, scale and
