@@ -4,10 +4,14 @@ weights, norms and rotary embeddings, judged on the q, k and v they compute them
     python -m implementations.hf.shipped examples/shipped_layers.py --family masking
 """
 
+import math
+
+import torch
 import transformers
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 from transformers.models.gemma2 import modeling_gemma2 as g2
 from transformers.models.gemma3 import modeling_gemma3 as g3
+from transformers.models.gpt_oss import modeling_gpt_oss as oss
 from transformers.models.llama import modeling_llama as llama
 
 from implementations.hf.shipped import ShippedCore
@@ -72,3 +76,21 @@ class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, th
             attn_implementation=self.attn)
         attn = g3.Gemma3Attention(c, 0)
         return self.layer(attn, g3.Gemma3RotaryEmbedding(c), p, layer_type=attn.layer_type)
+
+
+class SinkAttention(ShippedCore):  # gpt-oss: a sink logit per head in the softmax, rotary
+    name = "mine.gpt_oss_attention[shipped]"
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "sinks"})
+    deviations = DEVIATIONS["eager"]
+
+    def build(self, p):
+        if p.D % 2:
+            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
+        c = transformers.GptOssConfig(
+            hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
+            layer_types=["full_attention"], num_hidden_layers=1, attn_implementation=self.attn)
+        attn = oss.GptOssAttention(c, 0)
+        with torch.no_grad():  # the case's sinks (none: -inf); the layer leaves them empty
+            attn.sinks.copy_(torch.full((p.H,), -math.inf) if p.sinks is None
+                             else torch.tensor(p.sinks))
+        return self.layer(attn, oss.GptOssRotaryEmbedding(c), p)

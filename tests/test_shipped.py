@@ -223,3 +223,29 @@ def test_a_torch_modules_sdpa_call_is_captured_and_judged(shipped, torch_module)
                               "bool_mask": "fail"}, _verdicts(bad)
     assert "scaled_dot_product_attention(" in bad["causal"].reason
     assert torch.nn.functional.scaled_dot_product_attention.__module__.startswith("torch")
+
+
+SINKS = ("sinks_self_causal_padding", "sinks_large_logits")
+
+
+def test_gpt_oss_sinks_as_shipped_and_the_sdpa_path_that_drops_them(shipped, layers):
+    """GptOssAttention with rotary and the case's sinks passes the sink cases on its eager
+    path. On transformers' sdpa path (which gpt-oss's model refuses, _supports_sdpa = False,
+    but a standalone layer's config takes) sdpa_attention_forward ignores s_aux: both cases
+    fail, by far more than their bounds. Keyed to the source."""
+    import inspect
+
+    from transformers.integrations import sdpa_attention
+
+    got = _verdicts(_outcomes(shipped, layers.SinkAttention(), ["variants"], SINKS))
+    assert got == {n: "pass" for n in SINKS}, got
+
+    class OnSdpa(layers.SinkAttention):
+        name, attn = "mine.gpt_oss_attention[shipped,sdpa]", "sdpa"
+
+    reads_sinks = "s_aux" in inspect.getsource(sdpa_attention.sdpa_attention_forward)
+    got = _outcomes(shipped, OnSdpa(), ["variants"], SINKS)
+    want = "pass" if reads_sinks else "fail"
+    assert _verdicts(got) == {n: want for n in SINKS}, _verdicts(got)
+    if not reads_sinks:
+        assert "s_aux=array(" in got["sinks_large_logits"].reason
