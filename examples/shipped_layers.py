@@ -21,7 +21,7 @@ from suite.plugins.interface import Unsupported
 
 class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RMSNorms, rope
     name = "mine.deepseek_v3_attention[shipped]"
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale"})
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "weights"})
     deviations = DEVIATIONS["eager"]  # transformers' eager mask: finfo.min, not -inf
 
     def build(self, p):
@@ -49,7 +49,7 @@ class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, 
 class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, rotary
     name = "mine.gemma2_attention[shipped]"
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
-                          "softcap"})
+                          "softcap", "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
@@ -64,7 +64,8 @@ class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, r
 
 class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, then rotary
     name = "mine.gemma3_attention[shipped]"
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa"})
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
+                          "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
@@ -80,7 +81,8 @@ class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, th
 
 class SinkAttention(ShippedCore):  # gpt-oss: a sink logit per head in the softmax, rotary
     name = "mine.gpt_oss_attention[shipped]"
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "sinks"})
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "sinks",
+                          "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):

@@ -134,6 +134,7 @@ def test_a_latent_layer_whose_attention_shifts_the_mask_fails_the_masked_cases(s
 
     class ShiftsMask(layers.LatentAttention):  # real norms and rotary, a faulty attention
         name, attn = "planted.deepseek_v3_attention[mask_off]", "planted_mask_one_key_off"
+        features = layers.LatentAttention.features - {"weights"}  # sdpa returns none
         deviations = {}
 
     got = _outcomes(shipped, ShiftsMask(), ["masking"], ("none", "valid_lens", "causal",
@@ -242,6 +243,7 @@ def test_gpt_oss_sinks_as_shipped_and_the_sdpa_path_that_drops_them(shipped, lay
 
     class OnSdpa(layers.SinkAttention):
         name, attn = "mine.gpt_oss_attention[shipped,sdpa]", "sdpa"
+        features = layers.SinkAttention.features - {"weights"}  # sdpa returns none
 
     reads_sinks = "s_aux" in inspect.getsource(sdpa_attention.sdpa_attention_forward)
     got = _outcomes(shipped, OnSdpa(), ["variants"], SINKS)
@@ -249,3 +251,28 @@ def test_gpt_oss_sinks_as_shipped_and_the_sdpa_path_that_drops_them(shipped, lay
     assert _verdicts(got) == {n: want for n in SINKS}, _verdicts(got)
     if not reads_sinks:
         assert "s_aux=array(" in got["sinks_large_logits"].reason
+
+
+def test_weights_an_attention_function_returns_are_judged(shipped, layers):
+    """A plugin declaring weights has the weights its attention function returns judged: an
+    attention function whose output is right but whose returned weights are the rows of
+    another query fails every case with more than one row, and only on the weights."""
+    from transformers import AttentionInterface
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3
+
+    def rows_reversed(module, query, key, value, attention_mask, **kwargs):
+        out, w = modeling_deepseek_v3.eager_attention_forward(module, query, key, value,
+                                                              attention_mask, **kwargs)
+        return out, w.flip(-2)
+
+    AttentionInterface.register("planted_weights_rows_reversed", rows_reversed)
+
+    class ReversedWeights(layers.LatentAttention):
+        name, attn = "planted.deepseek_v3_attention[weights]", "planted_weights_rows_reversed"
+
+        def call(self, module, query, key, value, mask, need_weights):  # the eager fill
+            return module(query, mask.additive(torch.finfo(query.dtype).min))[0], None
+
+    got = _outcomes(shipped, ReversedWeights(), ["masking"], ("none", "causal"))
+    assert _verdicts(got) == {"none": "fail", "causal": "fail"}, _verdicts(got)
+    assert got["none"].reason.startswith("weights:"), got["none"].reason

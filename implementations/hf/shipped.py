@@ -53,7 +53,6 @@ _PROJECTION_FEATURES = {
     "value_width": "the value heads' width is the module's own as shipped (the problem's "
                    "value_head_dim shapes W_v and W_o, which the module does not take)",
     "grad": "gradients of the problem's weights: the module keeps its own weights",
-    "weights": "attention weights are not captured yet",
     "steps": "a generation problem calls the attention function once per chunk: not posed "
              "yet",
     "static_cache": "a static cache: not posed yet",
@@ -73,6 +72,7 @@ class Captured:
     mask: Optional[np.ndarray]  # the attention_mask the module passed, as it passed it
     kwargs: Dict[str, Any]  # scaling, softcap, dropout, sliding_window, s_aux, is_causal, ...
     via: str  # the attention function that computed ``output``
+    weights: Optional[np.ndarray] = None  # (B, H, L, S), where the function returns them
 
     def handed(self) -> str:
         """The keyword arguments the module passed, in one line."""
@@ -128,7 +128,7 @@ def capture_forward(module, query, key, value, attention_mask, **kwargs):
     records = _RECORDS.get()
     if records is not None:
         records.append(Captured(_np(query), _np(key), _np(value), _np(out), _np(attention_mask),
-                                {k: _np(v) for k, v in kwargs.items()}, via))
+                                {k: _np(v) for k, v in kwargs.items()}, via, _np(weights)))
     return out, weights
 
 
@@ -373,7 +373,12 @@ def run_shipped(impl: ShippedCore, out: Outcome, p: Problem) -> Outcome:
     if wrong:
         return out.classify("fail", wrong)
     posed = pose(p, c).validate(finite=False)
-    judged = judge(impl, out, posed, Result(posed_output(c, posed)))
+    weights = None
+    if "weights" in declared(impl, "features"):  # judged beside the output
+        if c.weights is None:
+            return out.classify("fail", f"declares 'weights' but {c.via} returned none")
+        weights = c.weights
+    judged = judge(impl, out, posed, Result(posed_output(c, posed), weights))
     if judged.outcome == "fail":
         judged.reason = f"{judged.reason}; the module called {c.handed()}"
     return judged
