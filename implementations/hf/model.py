@@ -469,7 +469,9 @@ class HFModelBloom(HFModelCore):
     attention = "h.0.self_attention"
     layers = {"q": None, "k": None, "v": None, "o": "dense"}
     attns = ("eager",)  # BloomModel has its own attention code only
-    features = HFModelCore.features | {"alibi"}
+    # Not packed: BloomModel.forward takes no position_ids (its ALiBi counts positions from
+    # the 2-D attention_mask), so sequences back to back in one row attend each other.
+    features = (HFModelCore.features - {"packed"}) | {"alibi"}
 
     def config(self, p):
         return transformers.BloomConfig(hidden_size=p.E, n_head=p.H, n_layer=1, vocab_size=8,
