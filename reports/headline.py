@@ -21,6 +21,7 @@ from reports.tables import (
     styles_or_own,
 )
 from suite.plugins.interface import interpreted
+from suite.results.vocabulary import first_of
 
 CASES_NAMED = 3  # cases a verdict names before "+N more"
 BANDS = ("short", "medium", "long")  # length bands of the headline, by the measured lengths
@@ -72,8 +73,7 @@ def _verdict(g: pd.DataFrame, policies: List[str]) -> Tuple[str, List[str], str]
             hit = g[g["outcome"] == o.name]
             named = [f"{f}/{c} {d}" for f, c, d in
                      hit[["family", "case", "dtype"]].drop_duplicates().itertuples(index=False)]
-            more = f" +{len(named) - CASES_NAMED} more" if len(named) > CASES_NAMED else ""
-            phrases.append(f"{o.said} {_plural(n)}: {', '.join(named[:CASES_NAMED])}{more}")
+            phrases.append(f"{o.said} {_plural(n)}: {first_of(named, CASES_NAMED)}")
     if worst == "pass":  # every case it ran passed: say how many of those it was given
         if skipped:
             phrases[-1:] = [f"{OUTCOME['pass'].said} on the {_plural(ran)} it ran: "

@@ -10,7 +10,7 @@ from typing import Dict, Iterable, List, Optional
 from suite.plugins.declarations import Deviation, declaration_labels
 from suite.plugins.interface import interpreted
 from suite.plugins.selection import Selection
-from suite.results.vocabulary import OUTCOME_ORDER, Outcome
+from suite.results.vocabulary import OUTCOME_ORDER, Outcome, first_of
 
 ORDER = tuple(o.value for o in OUTCOME_ORDER)
 SHORT = {Outcome.FAIL.value: "fail", Outcome.ERROR.value: "err", Outcome.FLAKY.value: "flaky",
@@ -76,9 +76,8 @@ def brief_lines(records: List[dict], config=None) -> List[str]:
                  + ", ".join(words) + " (the matrix, by family: the report)"]
     gone = [e.name for e in _unavailable(config)]
     if gone:
-        lines.append(f"not available here: {len(gone)} ({', '.join(gone[:6])}"
-                     + (f", +{len(gone) - 6} more" if len(gone) > 6 else "")
-                     + "; mha-suite list says why)")
+        lines.append(f"not available here: {len(gone)} ({first_of(gone, 6)}; "
+                     "mha-suite list says why)")
     bad = {row_label(r) for r in records if r["outcome"] in
            (Outcome.FAIL.value, Outcome.ERROR.value, Outcome.FLAKY.value)}
     return lines + outcome_lines([r for r in records if row_label(r) in bad])
@@ -125,11 +124,8 @@ def _group_text(outcome: str, rs: List[dict], dtypes: set, labels: int) -> str:
     if labels:
         counts = Counter(outcome_label(r) for r in rs)
         named = sorted(counts, key=lambda k: (-counts[k], k))
-        shown = [_short(k) + (f" x{counts[k]}" if counts[k] > 1 else "")
-                 for k in named[:labels]]
-        if len(named) > labels:
-            shown.append(f"+{len(named) - labels} more")
-        text += f" ({', '.join(shown)})"
+        shown = [_short(k) + (f" x{counts[k]}" if counts[k] > 1 else "") for k in named]
+        text += f" ({first_of(shown, labels)})"
     return text
 
 

@@ -47,3 +47,12 @@ class Status(str, enum.Enum):
 
 # Statuses that make a sweep exit 1: something went wrong, rather than "cannot run here".
 FAILED_STATUSES = (Status.ERROR, Status.TIMEOUT, Status.INVALID_OUTPUT)
+
+
+def first_of(names, shown: int, sep: str = ", ") -> str:
+    """``names`` joined, the first ``shown`` of them and ``+N more`` for the rest: how the
+    terminal's summaries, the sweep's not-measured lines and the report's headline name a
+    list too long for its line."""
+    names = list(names)
+    rest = len(names) - shown
+    return sep.join(names[:shown] + ([f"+{rest} more"] if rest > 0 else []))

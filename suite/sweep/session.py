@@ -27,7 +27,7 @@ import pytest
 from suite.plugins import interface
 from suite.plugins.selection import Selection
 from suite.results import records
-from suite.results.vocabulary import Status
+from suite.results.vocabulary import Status, first_of
 from suite.sweep import timing
 from suite.timeouts import Timeout
 
@@ -228,9 +228,7 @@ class SweepSession:
         """A brief sweep's lines for what it did not measure: one per status and reason."""
         out = []
         for (status, reason), names in self.said_later.items():
-            who = ", ".join(names[:shown]) + (f", +{len(names) - shown} more"
-                                              if len(names) > shown else "")
-            out.append(f"{status}: {who}: {reason}"[:300])
+            out.append(f"{status}: {first_of(names, shown)}: {reason}"[:300])
         return out
 
     def record_point(self, benchmark_dict: Dict[str, Any]) -> None:
