@@ -12,7 +12,9 @@ from tests.conftest import planted, run_catalog_case
 
 # The score variants in training mode (#50): their own tests below.
 VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa"]
-DROPOUT = [c.name for c in by_family()["dropout"] if c.name not in VARIANT_CASES]
+FORM_CASES = ["packed_causal_docs"]  # an inference form in training mode (issue 50)
+DROPOUT = [c.name for c in by_family()["dropout"]
+           if c.name not in VARIANT_CASES + FORM_CASES]
 STATISTICAL = [n for n in DROPOUT if n != "p_zero_is_eval"]
 
 
@@ -286,3 +288,18 @@ def test_variants_in_training_mode_pass_on_the_references_and_a_path_that_drops_
     assert run_catalog_case(_builtin("torch.eager"), "dropout", case, "float32").outcome == "pass"
     out = run_catalog_case(_builtin("torch.sdpa"), "dropout", case, "float32")
     assert out.outcome == "unsupported", out.reason
+
+
+def test_packed_sequences_in_training_mode_pass_on_the_references_and_a_path_that_joins_them_fails():
+    """Padding-free training: the references pass the packed dropout case; a plugin whose
+    training path lets packed sequences attend each other (its eval path keeps them apart)
+    fails the draws' mean; a library that does not pack says so."""
+    case = FORM_CASES[0]
+    out = run_catalog_case(_builtin("numpy"), "dropout", case, "float32")
+    assert out.outcome == "pass", out.reason
+    bug = planted("dropout_planted").PackedAcrossInTraining()
+    out = run_catalog_case(bug, "dropout", case, "float32")
+    assert out.outcome == "fail" and "standard errors" in out.reason, (out.outcome, out.reason)
+    pytest.importorskip("torch")
+    out = run_catalog_case(_builtin("torch.nn"), "dropout", case, "float32")
+    assert out.outcome == "unsupported" and "packed" in out.reason, out.reason

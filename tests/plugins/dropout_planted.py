@@ -134,3 +134,18 @@ class VariantsDroppedInTraining(NumpyMHA):
         if mask.dropout:
             mask = mask.replace(variants=None)
         return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class PackedAcrossInTraining(NumpyMHA):
+    """A training path that builds its mask from the causal flag alone (eval mode keeps the
+    packed sequences apart): the sequences packed in a row attend each other when dropping."""
+
+    name = "bug.dropout_packed_across"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.dropout and mask.segments is not None:
+            L, S = q.shape[-2], k.shape[-2]
+            allowed = np.broadcast_to(np.tri(L, S, dtype=bool), mask.allowed.shape)
+            mask = mask.replace(allowed=allowed,
+                                bias=np.where(allowed, 0.0, -np.inf).astype(q.dtype))
+        return super().attend(q, k, v, mask, scale, need_weights)

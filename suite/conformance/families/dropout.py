@@ -325,3 +325,15 @@ def _sinks_gqa(seed, square=None):
     p = dropout_problem(seed, 0.2, Mask(causal=True), square=square, K=2, input_scale=2.0)
     sinks = 2.0 * np.random.default_rng(seed + 7).standard_normal(p.H)
     return dataclasses.replace(p, sinks=sinks)
+
+
+@case("packed_causal_docs", judge=_judge_draws)
+def _packed_causal_docs(seed):
+    """Padding-free training (issue 50): dropout 0.2 on causal sequences 3+5 and 2+3+3
+    packed in two rows of 8 (one input, as a packed batch is self-attention): a training
+    path that lets the sequences attend each other, the eval path keeping them apart, moves
+    the draws' mean off the oracle's."""
+    from suite.conformance.families.packed import packed_problem
+
+    p = packed_problem(seed, [[3, 5], [2, 3, 3]], causal=True, E=16, H=4, input_scale=2.0)
+    return dataclasses.replace(p, dropout=0.2)

@@ -398,7 +398,10 @@ def run_drawn(name: str, strategy, target, conform, request, listed_known_failur
         # plugin compiles each new shape) and its reason still says n examples
         check = settings(max_examples=max(1, n - len(first)), derandomize=True, deadline=None,
                          database=None, phases=phases, suppress_health_check=list(HealthCheck),
-                         print_blob=True)(given(strategy(features, self_attention))(check))
+                         print_blob=True,
+                         # one failure, the smallest: two distinct ones came back as an
+                         # ExceptionGroup, an error naming neither (hf.model.llama[flex])
+                         report_multiple_bugs=False)(given(strategy(features, self_attention))(check))
         try:
             check()
         except FlakyFailure as exc:  # failed once, passed when Hypothesis replayed it
