@@ -1,7 +1,7 @@
 """Transformers attention layers as shipped (implementations/hf/shipped.py): their own
 weights, norms and rotary embeddings, judged on the q, k and v they compute themselves.
 
-    python -m implementations.hf.shipped examples/shipped_layers.py --family masking
+    mha-suite check --plugin examples/shipped_layers.py --impl 'plugin:*' -k masking
 """
 
 import math

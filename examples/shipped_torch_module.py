@@ -1,7 +1,7 @@
 """A torch module with QK-norm and rotary embeddings, as shipped: the suite reads the q, k
 and v it hands torch.nn.functional.scaled_dot_product_attention.
 
-    python -m implementations.hf.shipped examples/shipped_torch_module.py --family masking
+    mha-suite check --plugin examples/shipped_torch_module.py --impl 'plugin:*' -k masking
 """
 
 import torch

@@ -1,9 +1,11 @@
 """Modules as shipped (implementations/hf/shipped.py): a transformers layer runs with its own
 weights, norms and rotary embeddings, the q, k and v it hands its attention function are
 captured, and the attention it computed on them is judged against the oracle of the same
-problem posed on them. The example layers (examples/shipped_layers.py) pass; a layer whose
-norms and rotary are real but whose attention drops the cap, or applies the mask one key
-off, fails exactly the cases about them."""
+problem posed on them (``Result.posed``). Every case here runs through the usual harness
+(``run_case``, as ``mha-suite check`` runs it; one test runs the command itself). The example
+layers (examples/shipped_layers.py) pass; a layer whose norms and rotary are real but whose
+attention drops the cap, or applies the mask one key off, fails exactly the cases about
+them."""
 
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import json  # noqa: E402
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from suite.conformance import catalog  # noqa: E402
-from suite.conformance.judge import Outcome, run_case  # noqa: E402
+from suite.conformance.judge import run_case  # noqa: E402
+from suite.plugins.interface import Posed  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
 
 MASKING = ("none", "valid_lens", "causal", "bool_mask", "bias", "combined",
            "fully_masked_valid_lens")
@@ -37,10 +43,9 @@ def layers():
     return shipped_layers
 
 
-def _outcomes(shipped, impl, families, names, dtype="float32"):
-    out = {o.case: o for o in shipped.check_shipped(impl, families, dtype, names=names)}
-    assert set(out) == set(names), sorted(set(names) - set(out))
-    return out
+def _outcomes(impl, family, names, dtype="float32"):
+    """Cases ``family/name`` on ``impl``, judged as ``mha-suite check`` judges them."""
+    return {n: run_case(impl, impl.name, "cpu", dtype, catalog.get(family, n)) for n in names}
 
 
 def _verdicts(outcomes):
@@ -50,7 +55,7 @@ def _verdicts(outcomes):
 @pytest.mark.parametrize("plugin", ["LatentAttention", "RotaryAttention", "CappedAttention"])
 def test_example_layers_pass_the_masking_cases_as_shipped(shipped, layers, plugin):
     impl = getattr(layers, plugin)()
-    got = _verdicts(_outcomes(shipped, impl, ["masking"], MASKING))
+    got = _verdicts(_outcomes(impl, "masking", MASKING))
     # transformers' eager mask fills with finfo.min: the rows with no key follow the declared
     # mean of the values; the sdpa path gives the spec's zero rows
     dead = "pass" if impl.attn == "sdpa" else "deviation"
@@ -58,7 +63,7 @@ def test_example_layers_pass_the_masking_cases_as_shipped(shipped, layers, plugi
 
 
 def test_the_capped_layer_passes_its_cap_cases_as_shipped(shipped, layers):
-    got = _verdicts(_outcomes(shipped, layers.CappedAttention(), ["variants"], SOFTCAP))
+    got = _verdicts(_outcomes(layers.CappedAttention(), "variants", SOFTCAP))
     assert got == {n: "pass" for n in SOFTCAP}, got
 
 
@@ -68,13 +73,10 @@ def test_the_layers_own_norms_and_rotary_are_in_what_is_judged(shipped, layers):
     whose output is the attention function's heads."""
     impl = layers.LatentAttention()
     p = catalog.get("masking", "causal").problem_for(impl)
-    token = shipped._AS_SHIPPED.set(True)
-    try:
-        state = impl.prepare(p, "cpu", "float64")
-        impl.run(state)
-    finally:
-        shipped._AS_SHIPPED.reset(token)
+    state = impl.prepare(p, "cpu", "float64")
+    res = impl.fetch(state, impl.run(state))
     (c,) = state["captured"]
+    assert isinstance(res.posed, Posed) and res.posed.how.startswith("the module called ")
     attn = state["module"].attn
     x = torch.tensor(p.query)
     with torch.no_grad():
@@ -109,10 +111,10 @@ def test_a_layer_that_drops_its_cap_fails_the_cap_cases_only(shipped, layers):
             return module
 
     impl = DropsCap()
-    capped = _outcomes(shipped, impl, ["variants"], SOFTCAP)
+    capped = _outcomes(impl, "variants", SOFTCAP)
     assert {n: o.outcome for n, o in capped.items()} == {n: "fail" for n in SOFTCAP}
     assert "softcap=None" in capped["softcap_large_logits"].reason
-    plain = _verdicts(_outcomes(shipped, impl, ["masking"], ("none", "causal")))
+    plain = _verdicts(_outcomes(impl, "masking", ("none", "causal")))
     assert plain == {"none": "pass", "causal": "pass"}, plain
 
 
@@ -137,24 +139,33 @@ def test_a_latent_layer_whose_attention_shifts_the_mask_fails_the_masked_cases(s
         features = layers.LatentAttention.features - {"weights"}  # sdpa returns none
         deviations = {}
 
-    got = _outcomes(shipped, ShiftsMask(), ["masking"], ("none", "valid_lens", "causal",
-                                                         "bool_mask"))
+    got = _outcomes(ShiftsMask(), "masking", ("none", "valid_lens", "causal", "bool_mask"))
     assert _verdicts(got) == {"none": "pass", "valid_lens": "fail", "causal": "fail",
                               "bool_mask": "fail"}, _verdicts(got)
     assert "the module called planted_mask_one_key_off(" in got["causal"].reason
 
 
-def test_the_usual_harness_refuses_a_module_as_shipped(shipped, layers):
-    impl = layers.LatentAttention()
-    out = run_case(impl, impl.name, "cpu", "float32", catalog.get("masking", "none"))
-    assert out.outcome == "unsupported" and "as shipped" in out.reason
-
-
-def test_cases_about_the_projections_are_unsupported(shipped, layers):
+def test_cases_comparing_calls_are_unsupported_for_a_posed_result(layers):
+    """The property families compare calls of the handed problem: a result posed on the
+    module's own q, k and v cannot be judged there (the judge says why)."""
     impl = layers.RotaryAttention()
-    got = _outcomes(shipped, impl, ["variants"], ("value_width_wide_gqa",))
+    for name in ("repeatable", "batch_equals_items"):
+        out = run_case(impl, impl.name, "cpu", "float32", catalog.get("properties", name))
+        assert out.outcome == "unsupported" and "Result.posed" in out.reason, out.reason
+
+
+def test_cases_about_the_projections_are_unsupported(layers):
+    impl = layers.RotaryAttention()
+    got = _outcomes(impl, "variants", ("value_width_wide_gqa",))
+    assert got["value_width_wide_gqa"].outcome == "unsupported"  # value_width not declared
+
+    class Wide(layers.RotaryAttention):  # declared: the module still cannot take it
+        name = "mine.llama_attention[shipped,value_width]"
+        features = layers.RotaryAttention.features | {"value_width"}
+
+    got = _outcomes(Wide(), "variants", ("value_width_wide_gqa",))
     assert got["value_width_wide_gqa"].outcome == "unsupported"
-    assert "value heads' width" in got["value_width_wide_gqa"].reason
+    assert "as shipped: the value heads' width" in got["value_width_wide_gqa"].reason
 
 
 def test_a_layer_calling_no_attention_function_is_an_error(shipped, layers):
@@ -164,10 +175,8 @@ def test_a_layer_calling_no_attention_function_is_an_error(shipped, layers):
         def call(self, module, query, key, value, mask, need_weights):
             return module.attn.o_proj(module.attn.q_proj(query)), None
 
-    out = shipped.run_shipped(Bypass(), Outcome("x", "cpu", "float32", "masking", "none", 0,
-                                                "pass"),
-                              catalog.get("masking", "none").problem_for(Bypass()))
-    assert out.outcome == "error" and "0 times" in out.reason
+    out = run_case(Bypass(), Bypass.name, "cpu", "float32", catalog.get("masking", "none"))
+    assert out.outcome == "error" and "0 times" in out.reason, out.reason
 
 
 def test_gemma3s_qk_norm_layer_as_shipped_and_the_cap_its_forward_never_hands_on(shipped,
@@ -182,14 +191,14 @@ def test_gemma3s_qk_norm_layer_as_shipped_and_the_cap_its_forward_never_hands_on
     from transformers.models.gemma3 import modeling_gemma3
 
     impl = layers.QKNormAttention()
-    got = _verdicts(_outcomes(shipped, impl, ["masking"], MASKING))
+    got = _verdicts(_outcomes(impl, "masking", MASKING))
     assert got == {**{n: "pass" for n in MASKING}, "fully_masked_valid_lens": "deviation"}, got
 
     class Capped(layers.QKNormAttention):
         name = "mine.gemma3_attention[shipped,softcap]"
         features = layers.QKNormAttention.features | {"softcap"}
 
-    capped = _outcomes(shipped, Capped(), ["variants"], SOFTCAP)
+    capped = _outcomes(Capped(), "variants", SOFTCAP)
     hands_cap = "softcap=" in inspect.getsource(modeling_gemma3.Gemma3Attention.forward)
     want = "pass" if hands_cap else "fail"
     assert _verdicts(capped) == {n: want for n in SOFTCAP}, _verdicts(capped)
@@ -209,7 +218,7 @@ def test_a_torch_modules_sdpa_call_is_captured_and_judged(shipped, torch_module)
     module passes the masking cases; the same module handed the mask transposed (each row
     reads a column of the mask) fails the masked ones and passes the unmasked one."""
     names = ("none", "valid_lens", "causal", "bool_mask", "fully_masked_valid_lens")
-    got = _verdicts(_outcomes(shipped, torch_module.NormedRotary(), ["masking"], names))
+    got = _verdicts(_outcomes(torch_module.NormedRotary(), "masking", names))
     assert got == {n: "pass" for n in names}, got
 
     class Transposed(torch_module.NormedRotary):
@@ -219,7 +228,7 @@ def test_a_torch_modules_sdpa_call_is_captured_and_judged(shipped, torch_module)
             m = mask.additive()
             return module(query, None if m is None else m.transpose(-1, -2)), None
 
-    bad = _outcomes(shipped, Transposed(), ["masking"], names[:4])
+    bad = _outcomes(Transposed(), "masking", names[:4])
     assert _verdicts(bad) == {"none": "pass", "valid_lens": "fail", "causal": "fail",
                               "bool_mask": "fail"}, _verdicts(bad)
     assert "scaled_dot_product_attention(" in bad["causal"].reason
@@ -238,7 +247,7 @@ def test_gpt_oss_sinks_as_shipped_and_the_sdpa_path_that_drops_them(shipped, lay
 
     from transformers.integrations import sdpa_attention
 
-    got = _verdicts(_outcomes(shipped, layers.SinkAttention(), ["variants"], SINKS))
+    got = _verdicts(_outcomes(layers.SinkAttention(), "variants", SINKS))
     assert got == {n: "pass" for n in SINKS}, got
 
     class OnSdpa(layers.SinkAttention):
@@ -246,7 +255,7 @@ def test_gpt_oss_sinks_as_shipped_and_the_sdpa_path_that_drops_them(shipped, lay
         features = layers.SinkAttention.features - {"weights"}  # sdpa returns none
 
     reads_sinks = "s_aux" in inspect.getsource(sdpa_attention.sdpa_attention_forward)
-    got = _outcomes(shipped, OnSdpa(), ["variants"], SINKS)
+    got = _outcomes(OnSdpa(), "variants", SINKS)
     want = "pass" if reads_sinks else "fail"
     assert _verdicts(got) == {n: want for n in SINKS}, _verdicts(got)
     if not reads_sinks:
@@ -273,6 +282,50 @@ def test_weights_an_attention_function_returns_are_judged(shipped, layers):
         def call(self, module, query, key, value, mask, need_weights):  # the eager fill
             return module(query, mask.additive(torch.finfo(query.dtype).min))[0], None
 
-    got = _outcomes(shipped, ReversedWeights(), ["masking"], ("none", "causal"))
+    got = _outcomes(ReversedWeights(), "masking", ("none", "causal"))
     assert _verdicts(got) == {"none": "fail", "causal": "fail"}, _verdicts(got)
     assert got["none"].reason.startswith("weights:"), got["none"].reason
+
+
+PLANTED_FILE = """
+from examples.shipped_layers import CappedAttention
+
+
+class DropsCap(CappedAttention):  # the config's cap, never handed to attention
+    name = "planted.gemma2_attention[drops_cap]"
+
+    def build(self, p):
+        module = super().build(p)
+        module.attn.attn_logit_softcapping = None
+        return module
+"""
+
+
+def test_mha_suite_check_runs_a_module_as_shipped_with_records_and_results(cli, tmp_path):
+    """``mha-suite check --plugin FILE`` runs these plugins like any name: the results file
+    holds their outcomes, a known-failure record turns its case into a known failure, the
+    other planted failure stays a failure (exit 1), and the example layer beside it passes."""
+    plugin = tmp_path / "planted_shipped.py"
+    plugin.write_text(PLANTED_FILE)
+    known = tmp_path / "known.txt"
+    known.write_text("test_case[[]planted.gemma2_attention[[]drops_cap[]]-cpu-float32-"
+                     "variants/softcap_large_logits[]]  # planted: the layer drops its cap\n")
+    out = tmp_path / "c.json"
+    proc = cli("check", "--plugin", str(ROOT / "examples" / "shipped_layers.py"), "--plugin",
+               str(plugin), "--impl", "planted.gemma2_attention[[]drops_cap[]]", "--impl",
+               "mine.gemma2_attention[[]shipped[]]", "--dtype", "float32", "--workers", "0",
+               "--no-progress", "-k", "softcap_large_logits or softcap_valid_lens",
+               "--known-failures", str(known), "--json", str(out),
+               env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    got = {(r["impl"], r["case"]): r for r in json.loads(out.read_text())["results"]}
+    verdicts = {k: r["outcome"] for k, r in got.items()}
+    assert verdicts == {
+        ("planted.gemma2_attention[drops_cap]", "softcap_large_logits"): "known_failure",
+        ("planted.gemma2_attention[drops_cap]", "softcap_valid_lens"): "fail",
+        ("mine.gemma2_attention[shipped]", "softcap_large_logits"): "pass",
+        ("mine.gemma2_attention[shipped]", "softcap_valid_lens"): "pass"}, verdicts
+    failed = got[("planted.gemma2_attention[drops_cap]", "softcap_valid_lens")]
+    assert "softcap=None" in failed["reason"] and failed["ratio"] is not None
+    assert "1 failed (variants/softcap_valid_lens), 1 known failure " \
+           "(variants/softcap_large_logits)" in proc.stdout, proc.stdout[-3000:]

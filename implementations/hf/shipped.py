@@ -15,16 +15,18 @@ the registered ``sdpa``, ``flex_attention``, ...) and records its output (B, L, 
 A plain torch module (``capture = "sdpa"``) is read at its calls of
 ``torch.nn.functional.scaled_dot_product_attention`` instead.
 
-``run_shipped`` then poses the suite's problem on those tensors (``pose``): the captured
-heads as the inputs, identity projections (exact in every dtype), the case's mask, scale and
-score variants (a cap, sinks, ALiBi, a table), and judges the output the attention function
-computed against the float64 oracle of that problem with the suite's judge
-(``suite.conformance.judge.judge``: the agreement rule, the plugin's declared deviations, the
-known behaviours). The scale is the problem's when it sets one, else 1/sqrt(d) of the
-captured query heads. What is judged is the module's attention on its own q, k and v: the
-projections, norms, rotary and output projection run as shipped and are not judged
-(``run_shipped`` does fail a module whose own q, k or v hold NaN or inf where the case's
-input has none, or which calls its attention function other than once).
+``ShippedCore.fetch`` then poses the suite's problem on those tensors (``pose``): the
+captured heads as the inputs, identity projections (exact in every dtype), the case's mask,
+scale and score variants (a cap, sinks, ALiBi, a table), and returns the attention
+function's output with that problem as ``Result.posed`` (``suite.plugins.interface.Posed``).
+The usual harness (``mha-suite check --plugin FILE``, the conformance tests, ``run_problem``)
+judges it on that problem: the agreement rule with its same-dtype baselines, the plugin's
+declared deviations, the known behaviours and known-failure records, the results files and
+the summary, as for any name. The scale is the problem's when it sets one, else 1/sqrt(d) of
+the captured query heads. What is judged is the module's attention on its own q, k and v: the
+projections, norms, rotary and output projection run as shipped and are not judged (the judge
+does fail a module whose own q, k or v hold NaN or inf where the case's input has none;
+``fetch`` raises, an error, for a module that calls its attention function other than once).
 """
 
 from __future__ import annotations
@@ -34,14 +36,13 @@ import dataclasses
 import math
 import sys
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from implementations.torch.common import TorchModuleCore
-from suite.conformance.judge import Outcome, error_text, judge, library_refuses
-from suite.plugins.interface import Result, Unsupported, declared, expressible
+from suite.plugins.interface import Posed, Result, Unsupported
 from suite.spec.problem import Problem, Weights
 
 # The name the capturing function is registered under in transformers' AttentionInterface.
@@ -86,12 +87,6 @@ class Captured:
 
 _RECORDS: contextvars.ContextVar[Optional[List[Captured]]] = contextvars.ContextVar(
     "mha_suite_shipped_records", default=None)
-# True inside ``run_shipped``: elsewhere (``mha-suite check``, the usual cases) a
-# ``ShippedCore`` refuses the problem, whose weights it does not hold.
-_AS_SHIPPED: contextvars.ContextVar[bool] = contextvars.ContextVar("mha_suite_as_shipped",
-                                                                   default=False)
-NOT_HERE = ("as shipped: the module keeps its own weights, norms and rotary, so the problem's "
-            "oracle does not apply; run it with python -m implementations.hf.shipped")
 # The attention implementation each routed layer was configured with, by layer.
 _REAL: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
 
@@ -200,8 +195,8 @@ class ShippedCore(TorchModuleCore):
     ``ShippedLayer`` with the mask folded into one additive mask, ``finfo.min`` where masked
     on transformers' eager path, -inf on the others). Nothing is loaded into it: its
     weights are its own initial ones, drawn with torch's generator seeded ``weight_seed``.
-    Run it with ``run_shipped`` / ``check_shipped`` (the usual ``mha-suite check`` judges
-    the problem's weights, which such a module does not hold)."""
+    ``fetch`` returns the attention its one call computed, posed as a problem
+    (``Result.posed``): ``mha-suite check --plugin FILE`` judges it like any name."""
 
     framework = "hf"
     kv_source = "self"  # a layer takes one hidden_states
@@ -229,8 +224,9 @@ class ShippedCore(TorchModuleCore):
         return route_attention(module) if self.capture == "attention_interface" else module
 
     def prepare(self, problem: Problem, device: str, dtype: str, **kw: Any) -> Dict[str, Any]:
-        if not _AS_SHIPPED.get():
-            raise Unsupported(NOT_HERE)
+        why = unposable(problem)
+        if why:
+            raise Unsupported(f"as shipped: {why}")
         return super().prepare(problem, device, dtype, **kw)
 
     def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
@@ -257,6 +253,26 @@ class ShippedCore(TorchModuleCore):
             torch.nn.functional.scaled_dot_product_attention = real
             _RECORDS.reset(token)
             state["captured"] = records
+
+    def fetch(self, state: Dict[str, Any], handle: Any) -> Result:
+        """The attention function's output on the module's own q, k and v, with the problem
+        posed on them (``Result.posed``; the judge takes that problem's oracle and bound);
+        its weights where the function returned them. A module that called its attention
+        function other than once, or whose call does not pair, raises (an error)."""
+        calls: List[Captured] = state["captured"]
+        if len(calls) != 1:
+            raise RuntimeError(f"as shipped: the module called its attention function "
+                               f"{len(calls)} times (one call is posed; routed through "
+                               f"{CAPTURE!r} by ShippedCore.build_for)")
+        c, p = calls[0], state["p"]
+        wrong = _unpaired(c)
+        if wrong:
+            raise ValueError(f"as shipped: {wrong}; the module called {c.handed()}")
+        posed = pose(p, c)
+        if (posed.B, posed.L, posed.S, posed.H) == (p.B, p.L, p.S, p.H):
+            posed.validate(finite=False)  # otherwise the judge names the shapes
+        return Result(posed_output(c, posed), c.weights,
+                      posed=Posed(posed, f"the module called {c.handed()}"))
 
 
 # --- posing the problem on the captured tensors, and judging ----------------------------------
@@ -298,164 +314,24 @@ def posed_output(c: Captured, posed: Problem) -> np.ndarray:
         return c.output.reshape(B, L, H * V) @ posed.weights.w_o
 
 
-def unposable(impl: Any, p: Problem) -> Optional[str]:
-    """Why ``p`` cannot be judged on a module as shipped (None: it can)."""
+def unposable(p: Problem) -> Optional[str]:
+    """Why ``p`` cannot be posed on a module as shipped (None: it can): a field about the
+    projections, the weights or more than one call."""
     needs = p.features()
     for feature, why in _PROJECTION_FEATURES.items():
         if feature in needs:
             return why
-    missing = sorted(needs - frozenset(declared(impl, "features")))
-    return f"needs {', '.join(missing)}" if missing else None
+    return None
 
 
-def _mismatch(p: Problem, c: Captured) -> Optional[str]:
-    """Why the captured call is not the attention of ``p`` (shapes, head grouping)."""
+def _unpaired(c: Captured) -> Optional[str]:
+    """Why the captured call's tensors do not pair as one attention (None: they do)."""
     B, H, L, d = c.query.shape
-    if (B, H, L) != (p.B, p.H, p.L) or c.key.shape[0] != B or c.key.shape[2] != p.S:
-        return (f"the module's attention call has query {c.query.shape} and key "
-                f"{c.key.shape}; the problem is B={p.B}, H={p.H}, Lq={p.L}, Lk={p.S}")
     K = c.key.shape[1]
-    if c.key.shape[3] != d or c.value.shape[:3] != c.key.shape[:3] or H % K:
+    if c.key.shape[0] != B or c.key.shape[3] != d or c.value.shape[:3] != c.key.shape[:3] \
+            or H % K:
         return f"query {c.query.shape}, key {c.key.shape}, value {c.value.shape} do not pair"
     if c.output.shape != (B, L, H, c.value.shape[3]):
         return (f"the attention function returned {c.output.shape}, expected "
                 f"(B, L, H, V) = {(B, L, H, c.value.shape[3])}")
     return None
-
-
-def _leaked(p: Problem, c: Captured) -> Optional[str]:
-    """NaN or inf in the module's own q, k or v where the case's inputs hold none (a norm or
-    rotary that spreads a special value, or makes one)."""
-    bad_q = ~np.isfinite(p.query).all(-1)  # (B, L)
-    bad_kv = ~(np.isfinite(p.key).all(-1) & np.isfinite(p.value).all(-1))  # (B, S)
-    for what, x, bad in (("query", c.query, bad_q), ("key", c.key, bad_kv),
-                         ("value", c.value, bad_kv)):
-        made = ~np.isfinite(x).all(axis=(1, 3)) & ~bad  # (B, T)
-        if made.any():
-            b, t = np.argwhere(made)[0]
-            return (f"the module's own {what} holds NaN or inf at batch {b}, position {t}, "
-                    f"where the case's input is finite")
-    return None
-
-
-def run_shipped(impl: ShippedCore, out: Outcome, p: Problem) -> Outcome:
-    """Run problem ``p`` on the module as shipped and judge the attention it computed on its
-    own q, k and v against the oracle of ``pose(p, captured)``; fills in ``out``."""
-    try:
-        p = expressible(impl, p)
-    except Unsupported as exc:
-        return out.classify("unsupported", str(exc))
-    why = unposable(impl, p)
-    if why:
-        return out.classify("unsupported", why)
-    token = _AS_SHIPPED.set(True)
-    try:
-        state = impl.prepare(p, out.device, out.dtype)
-        handle = impl.run(state)
-        impl.synchronize(state)
-        impl.fetch(state, handle)
-    except Unsupported as exc:
-        return out.classify("unsupported", str(exc) or type(exc).__name__)
-    except Exception as exc:  # a plugin that raises is reported, the run goes on
-        if library_refuses(exc, impl):
-            return out.classify("unsupported", f"the library does not implement this call: "
-                                               f"{error_text(exc, impl)}")
-        return out.classify("error", error_text(exc, impl))
-    finally:
-        _AS_SHIPPED.reset(token)
-    calls: List[Captured] = state["captured"]
-    if len(calls) != 1:
-        return out.classify("error", f"the module called its attention function "
-                                     f"{len(calls)} times (one call is posed; routed through "
-                                     f"{CAPTURE!r} by ShippedCore.build_for)")
-    c = calls[0]
-    wrong = _mismatch(p, c) or _leaked(p, c)
-    if wrong:
-        return out.classify("fail", wrong)
-    posed = pose(p, c).validate(finite=False)
-    weights = None
-    if "weights" in declared(impl, "features"):  # judged beside the output
-        if c.weights is None:
-            return out.classify("fail", f"declares 'weights' but {c.via} returned none")
-        weights = c.weights
-    judged = judge(impl, out, posed, Result(posed_output(c, posed), weights))
-    if judged.outcome == "fail":
-        judged.reason = f"{judged.reason}; the module called {c.handed()}"
-    return judged
-
-
-def check_shipped(impl: ShippedCore, families: Optional[Sequence[str]] = None,
-                  dtype: str = "float32", device: str = "cpu",
-                  names: Optional[Sequence[str]] = None) -> List[Outcome]:
-    """Every agreement case of ``families`` (default: all; ``names`` narrows to those case
-    names) run as shipped on ``impl``; a case judged by a property (dropout, layouts) is
-    unsupported here."""
-    from suite.conformance import cases
-
-    outcomes = []
-    for case in cases.CASES:
-        if (families is not None and case.family not in families) or \
-                (names is not None and case.name not in names):
-            continue
-        out = Outcome(impl.name, device, dtype, case.family, case.name, case.seed, "pass")
-        if case.judge is not None:
-            outcomes.append(out.classify("unsupported", f"the {case.family} family judges a "
-                                         f"property of its own calls, not one attention call"))
-            continue
-        if case.distinct_kv:
-            outcomes.append(out.classify("unsupported", "needs key != value; a layer takes "
-                                                        "one hidden_states"))
-            continue
-        try:
-            problem = case.problem_for(impl)
-        except Unsupported as exc:
-            outcomes.append(out.classify("unsupported", str(exc)))
-            continue
-        outcomes.append(run_shipped(impl, out, problem))
-    return outcomes
-
-
-def summary(outcomes: Sequence[Outcome]) -> Dict[str, int]:
-    """Outcome -> count."""
-    counts: Dict[str, int] = {}
-    for o in outcomes:
-        counts[o.outcome] = counts.get(o.outcome, 0) + 1
-    return counts
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m implementations.hf.shipped PLUGIN [--family F ...] [--dtype T]``:
-    every name the plugin file (or module) registers that is a ``ShippedCore``, run as
-    shipped; one line per case that did not pass, then the counts. Exit 1 on a failure
-    or an error."""
-    import argparse
-
-    from implementations.hf import shipped  # under -m this file is __main__: one class
-    from suite.plugins import registry
-
-    ap = argparse.ArgumentParser(prog="python -m implementations.hf.shipped")
-    ap.add_argument("plugin", help="path/to/file.py or package.module (as --plugin)")
-    ap.add_argument("--family", action="append", help="a case family (repeatable)")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--device", default="cpu")
-    args = ap.parse_args(argv)
-    classes = [c for c in registry._classes_in(registry._load_object(args.plugin))
-               if isinstance(c, type) and issubclass(c, shipped.ShippedCore)]
-    if not classes:
-        print(f"{args.plugin}: no ShippedCore plugin in it", file=sys.stderr)
-        return 2
-    bad = 0
-    for cls in classes:
-        outcomes = shipped.check_shipped(cls(), args.family, args.dtype, args.device)
-        for o in outcomes:
-            if o.outcome not in ("pass", "unsupported"):
-                print(f"{cls.name} {o.family}/{o.case}: {o.outcome}: {o.reason}")
-        counts = summary(outcomes)
-        bad += counts.get("fail", 0) + counts.get("error", 0)
-        print(f"{cls.name} [{args.dtype}]: " + ", ".join(f"{n} {k}" for k, n in
-                                                         sorted(counts.items())))
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

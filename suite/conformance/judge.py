@@ -3,7 +3,9 @@
 ``attempt`` calls a plugin on problems (prepare, run, synchronize, fetch) and turns a
 missing feature or an ``Unsupported`` into "unsupported", an exception into "error" and a
 result of the wrong kind into "fail". ``judge`` compares a result with the oracle under the
-agreement rule and the plugin's declared deviation policies.
+agreement rule and the plugin's declared deviation policies. A result that says it computed
+another problem than the one handed (``Result.posed``, a module as shipped) is judged on that
+problem (``posed_problem``); only ``run_problem`` and ``judge`` take such a result.
 
 Outcomes: pass, fail (the rule or a declared policy was broken), error (the plugin raised),
 unsupported (a feature the case needs is not declared, or the plugin refused the problem),
@@ -27,6 +29,7 @@ from suite.plugins.declarations import Deviation, deviations_for
 from suite.plugins.fetch_check import check_output
 from suite.plugins.interface import (
     Implementation,
+    Posed,
     Result,
     Unsupported,
     array_library,
@@ -213,10 +216,21 @@ def library_refuses(exc: BaseException, impl: Any = None) -> bool:
     return "NotImplementedError:" in _first_line(exc)
 
 
-def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:
-    """Why a plugin's result is not a usable Result for problem ``p`` (None when it is)."""
+def _result_problem(res: object, p: Problem, grad: bool, posed: bool = False
+                    ) -> Optional[str]:
+    """Why a plugin's result is not a usable Result for problem ``p`` (None when it is);
+    ``posed``: the caller judges a result's own posed problem (``Result.posed``)."""
     if not isinstance(res, Result):
         return f"fetch: expected a suite.plugins.interface.Result, got {type(res).__name__}"
+    if res.posed is not None:
+        if not posed:
+            raise Unsupported("the plugin returns the problem it computed (Result.posed, a "
+                              "module as shipped); this case compares calls of the problem "
+                              "it was handed")
+        if not isinstance(res.posed, Posed) or not isinstance(res.posed.problem, Problem):
+            return (f"fetch: Result.posed: expected suite.plugins.interface.Posed(problem, "
+                    f"how), got {res.posed!r:.80}")
+        p = res.posed.problem
     invalid = check_output(res, (p.B, p.L, p.E), finite=False)  # the oracle judges values
     if invalid:
         return invalid
@@ -226,10 +240,13 @@ def _result_problem(res: object, p: Problem, grad: bool) -> Optional[str]:
 
 
 def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtype: str, *,
-            need_weights: bool = False, grad: bool = False, extra: frozenset = frozenset()
+            need_weights: bool = False, grad: bool = False, extra: frozenset = frozenset(),
+            posed: bool = False
             ) -> Tuple[Optional[List[Result]], Optional[Tuple[str, str]]]:
     """Call ``impl`` on each problem: (results, None), or (None, (outcome, reason)) when it
-    cannot be judged (unsupported, error, or a result of the wrong kind: fail)."""
+    cannot be judged (unsupported, error, or a result of the wrong kind: fail). ``posed``:
+    the caller judges a result on the problem it says it computed (``Result.posed``, as
+    ``judge`` does); without it such a result makes the case unsupported."""
     needs = extra | ({"grad"} if grad else set())
     missing = sorted(set().union(*(missing_features(impl, p, frozenset(needs)) for p in problems)))
     if missing:
@@ -239,6 +256,7 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
         try:
             p = expressible(impl, p)  # one key/value source: value = key
             res = call(impl, p, device, dtype, need_weights=need_weights, grad=grad)
+            wrong = _result_problem(res, p, grad, posed)
         except Unsupported as exc:  # the plugin cannot express this problem: its own words
             return None, ("unsupported", str(exc) or type(exc).__name__)
         except Exception as exc:  # a plugin that raises is reported, the run goes on
@@ -246,7 +264,6 @@ def attempt(impl: Implementation, problems: Sequence[Problem], device: str, dtyp
                 return None, ("unsupported", f"the library does not implement this call: "
                                              f"{error_text(exc, impl)}")
             return None, ("error", error_text(exc, impl))
-        wrong = _result_problem(res, p, grad)
         if wrong:
             return None, ("fail", wrong)
         results.append(res)
@@ -412,15 +429,60 @@ def _nan_weight_rows(got: np.ndarray, ref: np.ndarray, policy_rows: np.ndarray
     return np.where(nan_rows & has_nan, np.nan, got), np.where(nan_rows, np.nan, ref)
 
 
+def posed_problem(p: Problem, posed: Posed) -> Tuple[Problem, Optional[str]]:
+    """The problem a result says it computed (``Result.posed``, a module as shipped) for
+    handed problem ``p``, and why it is no attention of ``p`` (None when it is): another
+    batch, query or key length, head count or mask, or NaN or inf in its query, key or value
+    at a position where ``p``'s inputs are finite (a norm or rotary that made or spread one)."""
+    q = posed.problem
+    if (q.B, q.L, q.S, q.H) != (p.B, p.L, p.S, p.H):
+        return q, (f"the plugin computed B={q.B}, H={q.H}, Lq={q.L}, Lk={q.S}; the problem is "
+                   f"B={p.B}, H={p.H}, Lq={p.L}, Lk={p.S}")
+    if not (np.array_equal(_allowed(q), _allowed(p)) and (
+            (q.mask.bias is None) == (p.mask.bias is None)) and (
+            q.mask.bias is None or np.array_equal(np.broadcast_to(q.mask.bias, (q.B, q.H, q.L, q.S)),
+                                                  np.broadcast_to(p.mask.bias, (p.B, p.H, p.L, p.S)),
+                                                  equal_nan=True))):
+        return q, "the plugin computed another mask than the problem's"
+    bad_q = ~np.isfinite(p.query).all(-1)  # (B, L)
+    bad_kv = _nonfinite_kv(p)  # (B, S)
+    for what, x, bad in (("query", q.query, bad_q), ("key", q.key, bad_kv),
+                         ("value", q.value, bad_kv)):
+        made = ~np.isfinite(x).all(-1) & ~bad  # (B, T)
+        if made.any():
+            b, t = np.argwhere(made)[0]
+            return q, (f"the plugin's own {what} holds NaN or inf at batch {b}, position {t}, "
+                       f"where the case's input is finite")
+    return q, None
+
+
 def judge(impl: Implementation, out: Outcome, p: Problem, res: Result) -> Outcome:
-    """Classify result ``res`` of problem ``p``: the spec first, then any declared policy."""
+    """Classify result ``res`` of problem ``p``: the spec first, then any declared policy.
+    A result that computed another problem (``Result.posed``) is judged on that one
+    (``posed_problem``), and a failure's reason ends with how the plugin came to it."""
+    posed = getattr(res, "posed", None)
+    if posed is not None:
+        q, wrong = posed_problem(p, posed)
+        if wrong:
+            return out.classify("fail", f"{wrong}; {posed.how}" if posed.how else wrong)
+        judged = _judge(impl, out, q, res, handed=p)
+        if judged.outcome == "fail" and posed.how:
+            judged.reason = f"{judged.reason}; {posed.how}"
+        return judged
+    return _judge(impl, out, p, res)
+
+
+def _judge(impl: Implementation, out: Outcome, p: Problem, res: Result,
+           handed: Optional[Problem] = None) -> Outcome:
+    """``judge`` on the problem ``res`` computed (``p``); ``handed``: the problem the plugin
+    was handed, where that is another (the call a known behaviour's trace runs again)."""
     dtype = out.dtype
     with_weights = _with_weights(impl, p)
     exhibited = behaviours(p)
     out.behaviours = sorted(set(out.behaviours) | set(exhibited))
     out.isa = isa = implementation_isa(impl, out.device)
-    held = _reaching(impl, p, out, known_behaviours(impl, p, dtype, out.device, isa, exhibited),
-                     with_weights)
+    held = _reaching(impl, p if handed is None else handed, out,
+                     known_behaviours(impl, p, dtype, out.device, isa, exhibited), with_weights)
     out.known_held = sorted(set(out.known_held) | {kb.name for kb in held})
     with oracle.pinned(p):  # no plugin code runs from here on: p's arrays stay as they are
         return _classify(impl, out, p, res, exhibited, held, with_weights)
@@ -513,7 +575,8 @@ def run_problem(impl: Implementation, out: Outcome, p: Problem, *,
     except Unsupported as exc:
         return out.classify("unsupported", str(exc))
     with_weights = _with_weights(impl, p)
-    results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights)
+    results, refused = attempt(impl, [p], out.device, out.dtype, need_weights=with_weights,
+                               posed=True)
     if refused:
         return out.classify(*refused)
     return judge(impl, out, p, results[0])

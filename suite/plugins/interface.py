@@ -14,6 +14,9 @@ in ``suite.spec.problem.GRAD_NAMES`` (inputs and weights; biases when present) t
 gradient. Treat query, key and value as separate leaves even when they are the same array
 (a plugin with one key/value source, ``kv_source = "shared"``, returns that input's gradient
 under "key" and none under "value").
+A plugin that computes another problem than the one handed (a module as shipped, with its
+own weights, norms and rotary: ``implementations.hf.shipped``) returns that problem in
+``Result.posed`` (``Posed``), and is judged on it.
 A plugin that compiles (jax.jit, torch.compile) does so in ``prepare`` and stores the
 seconds in ``state.compile_s`` or ``state["compile_s"]``. ``synchronize`` receives only
 the state, so an asynchronous plugin keeps its last output in the state.
@@ -94,12 +97,38 @@ class Unsupported(Exception):
 
 
 @dataclasses.dataclass
+class Posed:
+    """The problem a plugin computed, where that is not the problem it was handed.
+
+    A module as shipped (``implementations.hf.shipped``) keeps its own weights, norms and
+    rotary embeddings: what it computes is the attention on the query, key and value it made
+    itself, not the handed problem's projections. Such a plugin returns ``Result(output,
+    attn_weights, posed=Posed(problem, how))``: ``problem`` is that attention as a problem
+    (the captured per-head q, k, v as the inputs, identity projections, the handed problem's
+    mask, score variants and scale), ``output`` and ``attn_weights`` its results in that
+    problem's shapes; ``how`` says how the plugin came to it (say, the call it captured) and
+    ends a failure's reason. The judge (``suite.conformance.judge``) then takes the oracle,
+    the baselines and the bound of ``problem`` instead of the handed one. It fails the result
+    where ``problem`` has another batch, query or key length, head count or mask than the
+    handed problem, or holds NaN or inf at a position where the handed inputs are finite.
+    A case that compares several calls (the property families) cannot judge a posed problem
+    and reports the case unsupported. A plugin that cannot say what it computed (say, it
+    called its attention function twice) raises in ``fetch``: the case is an error."""
+
+    problem: Problem
+    how: str = ""
+
+
+@dataclasses.dataclass
 class Result:
     """What an implementation returned, as float64 NumPy arrays."""
 
-    output: np.ndarray  # (B, L, E)
+    output: np.ndarray  # (B, L, E), or ``posed.problem``'s (B, L, E)
     attn_weights: Optional[np.ndarray] = None  # (B, H, L, S)
     grads: Optional[Dict[str, np.ndarray]] = None  # name -> gradient, same shape as the input
+    # The problem the plugin computed, where it is not the handed one (``Posed``); None: the
+    # handed problem, as for every built-in.
+    posed: Optional[Posed] = None
 
 
 class Implementation:
