@@ -28,8 +28,9 @@ SHOWS = {
     "flax-causal-broadcast-mask": ("flax", {}, r"explicit path raises"),
     # fixed by onnx 1.23 (1.19.0 prints BUG for all seven, 1.20.1 for five; 1.23.2: ok)
     "onnx-reference-attention-1.19-1.20": ("onnx", {}, r" BUG$|^7 .* ok$"),
-    # fixed by onnxruntime 1.28 (1.24.1 and 1.27.0 print BUG for all four; 1.28.0-1.32.0: ok)
-    "onnxruntime-attention-1.24-1.27": ("onnxruntime", {}, r" BUG|^4 .* ok "),
+    # fixed by onnxruntime 1.25, 1.27 and 1.28 (1.24.1 prints BUG for all nine, 1.27.0 for
+    # five; 1.28.0-1.32.0: ok)
+    "onnxruntime-attention-1.24-1.27": ("onnxruntime", {}, r" BUG|^9 .* ok$"),
     # fixed in transformers 5.2: on newer pins it prints "ok" (the behaviour is gone there)
     "hf-gpt2-eager-causal-buffer": ("transformers", {}, r"vs unmasked attention [1-9]|^ok$"),
     "hf-gpt2-scale-by-layer-fp16-overflow": (

@@ -92,3 +92,51 @@ want = softmax_attention(q[1], k[1], v[1], causal(L, L) + np.where(np.arange(L) 
 errs = [err(sess.run(["Y"], feeds)[0][1].astype(np.float64), want) for _ in range(5)]
 report("4 GroupQueryAttention, right-padded causal prompt", max(errs),
        f"  (5 calls: {', '.join(f'{e:.2g}' for e in errs)})")
+# 5. softcap beside a boolean mask: the cap on the scores, then the mask (1.24-1.26: the cap
+#    after the mask, so the masked key gets weight)
+Q, K, V = r(1, 1, 2, 4), r(1, 1, 3, 4), r(1, 1, 3, 4)
+m = np.array([[[[True, False, True], [True, False, True]]]])
+s = Q.astype(np.float64) @ np.swapaxes(K, -1, -2) / 2
+report("5 softcap=1 beside a boolean attn_mask", err(
+    run({"Q": Q, "K": K, "V": V, "attn_mask": m}, softcap=1.0),
+    softmax_attention(Q, K, V, np.tanh(s) - s + np.where(m, 0.0, -np.inf))))
+# 6. nonpad_kv_seqlen alone (B=2, lengths 2 and 3 of 4 keys): the padding is not attended
+#    (1.24: every key is)
+Q, K, V = r(2, 1, 2, 4), r(2, 1, 4, 4), r(2, 1, 4, 4)
+lens = np.array([2, 3])
+pad = np.where(np.arange(4)[None] < lens[:, None], 0.0, -np.inf)[:, None, None]
+got = run({"Q": Q, "K": K, "V": V, "nonpad_kv_seqlen": lens})
+report("6 nonpad_kv_seqlen alone", err(got, softmax_attention(Q, K, V, pad)),
+       f"  (vs every key attended: {err(got, softmax_attention(Q, K, V, 0)):.2g})")
+# 7. is_causal, one query row, 2 keys, no past: top left, key 0 only (1.24-1.27: every key)
+Q, K, V = r(1, 1, 1, 4), r(1, 1, 2, 4), r(1, 1, 2, 4)
+got = run({"Q": Q, "K": K, "V": V}, is_causal=1)
+report("7 is_causal, L=1 < S=2, no past (top left)", err(got, softmax_attention(Q, K, V, causal(1, 2))),
+       f"  (vs no mask: {err(got, softmax_attention(Q, K, V, 0)):.2g})")
+# 8. an attn_mask with a head axis of q_num_heads beside one kv head (the spec: broadcastable
+#    to (B, q_num_heads, L, S); 1.24 refuses it)
+Q, K, V = r(1, 2, 1, 4), r(1, 1, 1, 4), r(1, 1, 1, 4)
+b = r(1, 2, 1, 1)
+try:
+    report("8 attn_mask (1, q_num_heads, L, S) beside 1 kv head", err(
+        run({"Q": Q, "K": K, "V": V, "attn_mask": b}),
+        softmax_attention(Q, np.repeat(K, 2, 1), np.repeat(V, 2, 1), b)))
+except Exception as exc:  # onnxruntime's own exception types
+    print(f"{'8 attn_mask (1, q_num_heads, L, S) beside 1 kv head':60s} raises     BUG "
+          f"({str(exc).strip()[-100:]})")
+# 9. TensorScatter (opset 24), the static cache's write: one row written at slot 1
+graph = helper.make_graph(
+    [helper.make_node("TensorScatter", ["c", "u", "w"], ["o"], axis=2)], "g",
+    [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 1, 4, 2]),
+     helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 1, 1, 2]),
+     helper.make_tensor_value_info("w", TensorProto.INT64, [1])],
+    [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)], ir_version=10)
+try:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"c": np.zeros((1, 1, 4, 2), np.float32),
+                          "u": np.ones((1, 1, 1, 2), np.float32), "w": np.array([1])})[0]
+    report("9 TensorScatter-24 (a static cache's write)", err(out[0, 0, :, 0], np.eye(4)[1]))
+except Exception as exc:
+    print(f"{'9 TensorScatter-24 (a static cache write)':60s} raises     BUG "
+          f"({str(exc).strip()[-70:]})")
