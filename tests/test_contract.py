@@ -323,10 +323,13 @@ def test_the_hypothesis_family_catches_a_wrong_grouping(kv_check):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     mine = [r for r in records if r["impl"].startswith("grouping.")]
     assert {(r["family"], r["dtype"]) for r in mine} == {("hypothesis", "float64")}, mine
-    outcomes = {r["impl"]: r for r in mine}
-    assert outcomes["grouping.interleaved"]["outcome"] == "pass"
-    assert outcomes["grouping.undeclared"]["outcome"] == "fail"
-    assert "H=6 H_kv=3" in outcomes["grouping.undeclared"]["reason"]
+    outcomes = {(r["impl"], r["case"]): r for r in mine}
+    assert outcomes["grouping.interleaved", "random_shapes"]["outcome"] == "pass"
+    assert outcomes["grouping.undeclared", "random_shapes"]["outcome"] == "fail"
+    assert "H=6 H_kv=3" in outcomes["grouping.undeclared", "random_shapes"]["reason"]
+    # the inference forms' draws (decode rows with grouped heads) find it too
+    assert outcomes["grouping.interleaved", "random_inference"]["outcome"] == "pass"
+    assert outcomes["grouping.undeclared", "random_inference"]["outcome"] == "fail"
 def test_a_bias_free_plugin_is_given_problems_without_projection_biases():
     from suite.plugins.interface import check_interface, expressible
     from suite.spec.problem import make_problem

@@ -11,6 +11,8 @@ class Interleaved(NumpyMHA):
 
     name = "grouping.interleaved"
     kv_grouping = "interleaved"
+    # its own projections read the logical key and value: not a paged cache's pool
+    features = NumpyMHA.features - {"paged"}
 
     def run(self, s):
         p, w = s["p"], s["w"]
