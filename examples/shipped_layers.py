@@ -16,7 +16,6 @@ from transformers.models.llama import modeling_llama as llama
 
 from implementations.hf.shipped import ShippedCore
 from implementations.hf.transformers import DEVIATIONS
-from suite.plugins.interface import Unsupported
 
 
 class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RMSNorms, rope
@@ -33,13 +32,11 @@ class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RM
 
 
 class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, sdpa
-    name, attn = "mine.llama_attention[shipped,sdpa]", "sdpa"
+    name, attn, rotary = "mine.llama_attention[shipped,sdpa]", "sdpa", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa"})
     deviations = DEVIATIONS["sdpa"]
 
     def build(self, p):
-        if p.D % 2:
-            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
         c = transformers.LlamaConfig(hidden_size=p.E, num_attention_heads=p.H,
                                      num_key_value_heads=p.K, head_dim=p.D,
                                      attn_implementation=self.attn)
@@ -47,14 +44,12 @@ class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, 
 
 
 class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, rotary
-    name = "mine.gemma2_attention[shipped]"
+    name, rotary = "mine.gemma2_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
                           "softcap", "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
-        if p.D % 2:
-            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
         c = transformers.Gemma2Config(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             query_pre_attn_scalar=p.D, attn_logit_softcapping=p.softcap,
@@ -63,14 +58,12 @@ class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, r
 
 
 class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, then rotary
-    name = "mine.gemma3_attention[shipped]"
+    name, rotary = "mine.gemma3_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
                           "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
-        if p.D % 2:
-            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
         c = transformers.Gemma3TextConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             query_pre_attn_scalar=p.D, attn_logit_softcapping=p.softcap,
@@ -80,14 +73,12 @@ class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, th
 
 
 class SinkAttention(ShippedCore):  # gpt-oss: a sink logit per head in the softmax, rotary
-    name = "mine.gpt_oss_attention[shipped]"
+    name, rotary = "mine.gpt_oss_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "sinks",
                           "weights"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
-        if p.D % 2:
-            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
         c = transformers.GptOssConfig(
             hidden_size=p.E, num_attention_heads=p.H, num_key_value_heads=p.K, head_dim=p.D,
             layer_types=["full_attention"], num_hidden_layers=1, attn_implementation=self.attn)

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from implementations.hf.shipped import ShippedCore
 from suite.plugins.declarations import Deviation
-from suite.plugins.interface import Unsupported
 
 
 def rotate(x):  # x (B, L, H, D): rotary embedding at positions 0..L-1, rotate-half pairs
@@ -38,12 +37,11 @@ class NormedRotaryAttention(torch.nn.Module):
 
 class NormedRotary(ShippedCore):
     name, framework, capture = "mine.normed_rotary[shipped]", "torch", "sdpa"
+    rotary = True  # rotate() turns pairs of the head width: an odd one is unsupported
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})
     deviations = {"nan_padding": Deviation(
         "confined", "a NaN in a masked key reaches SDPA's rows beside it (measured, torch "
                     "2.13.0+cpu: 16 nan_padding cases)")}
 
     def build(self, p):
-        if p.D % 2:
-            raise Unsupported("rotary embeddings rotate pairs: an odd head width")
         return NormedRotaryAttention(p.E, p.H)

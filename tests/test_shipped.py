@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import inspect  # noqa: E402
 import json  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -329,3 +330,51 @@ def test_mha_suite_check_runs_a_module_as_shipped_with_records_and_results(cli, 
     assert "softcap=None" in failed["reason"] and failed["ratio"] is not None
     assert "1 failed (variants/softcap_valid_lens), 1 known failure " \
            "(variants/softcap_large_logits)" in proc.stdout, proc.stdout[-3000:]
+
+
+class _PlainSdpa(torch.nn.Module):
+    """Self-attention through torch's SDPA with no rotary embedding: any head width runs."""
+
+    def __init__(self, E, H):
+        super().__init__()
+        self.H, self.qkv, self.out = H, torch.nn.Linear(E, 3 * E), torch.nn.Linear(E, E)
+
+    def forward(self, x, mask=None):
+        B, L, E = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.H, -1).transpose(1, 3).unbind(2)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(o.transpose(1, 2).reshape(B, L, E))
+
+
+def test_a_rotary_declaration_makes_an_odd_head_width_unsupported_before_building(
+        shipped, layers, torch_module):
+    """``rotary = True`` is checked by ShippedCore itself: an odd head width is unsupported
+    with the one-line reason before ``build`` runs, an even one runs; the same module without
+    the declaration runs the odd width (the declaration alone decides), and the examples that
+    rotate the head width declare it."""
+    built = []
+
+    class Plain(shipped.ShippedCore):
+        name, framework, capture = "planted.plain_sdpa[shipped]", "torch", "sdpa"
+        features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})
+
+        def build(self, p):
+            built.append(p.D)
+            return _PlainSdpa(p.E, p.H)
+
+    class Rotary(Plain):
+        name, rotary = "planted.plain_sdpa[shipped,rotary]", True
+
+    odd, even = catalog.get("shapes", "head_width_1"), catalog.get("masking", "none")
+    assert odd.problem_for(Rotary()).D % 2 == 1 and even.problem_for(Rotary()).D % 2 == 0
+    out = run_case(Rotary(), Rotary.name, "cpu", "float32", odd)
+    assert (out.outcome, out.reason) == ("unsupported", shipped.ODD_ROTARY), out.reason
+    assert shipped.ODD_ROTARY == "rotary embeddings rotate pairs: an odd head width"
+    assert built == []  # refused before the module was built
+    assert run_case(Rotary(), Rotary.name, "cpu", "float32", even).outcome == "pass"
+    assert run_case(Plain(), Plain.name, "cpu", "float32", odd).outcome == "pass"
+    for impl in (layers.RotaryAttention(), layers.CappedAttention(), layers.QKNormAttention(),
+                 layers.SinkAttention(), torch_module.NormedRotary()):
+        assert impl.rotary, impl.name
+        assert "if p.D % 2" not in inspect.getsource(type(impl).build), impl.name
+    assert not layers.LatentAttention.rotary  # its rotated width is its own, not p.D

@@ -48,6 +48,9 @@ from suite.spec.problem import Problem, Weights
 # The name the capturing function is registered under in transformers' AttentionInterface.
 CAPTURE = "mha_suite_shipped"
 
+# Why a ``rotary = True`` plugin does not run a case whose head width is odd.
+ODD_ROTARY = "rotary embeddings rotate pairs: an odd head width"
+
 # Problem fields that are about the projections, not the attention on q, k and v: a module
 # as shipped has its own (``unposable``).
 _PROJECTION_FEATURES = {
@@ -208,6 +211,11 @@ class ShippedCore(TorchModuleCore):
     # torch.nn.functional.scaled_dot_product_attention, looked up at call time as F.<name>)
     capture = "attention_interface"
     weight_seed = 0
+    # True: the module's rotary embedding rotates pairs of the case's head width (``head_dim
+    # = p.D``), so a case with an odd head width is unsupported (``ODD_ROTARY``), said before
+    # the module is built. A module whose rotated width is its own (DeepSeek's
+    # ``qk_rope_head_dim``) or that has no rotary embedding leaves it False.
+    rotary = False
 
     def layer(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module],
               problem: Problem, **rotary_kwargs: Any) -> ShippedLayer:
@@ -218,6 +226,8 @@ class ShippedCore(TorchModuleCore):
         return ShippedLayer(attn, rotary, **rotary_kwargs)
 
     def build_for(self, problem: Problem, *, shared_input: bool) -> torch.nn.Module:
+        if self.rotary and problem.D % 2:
+            raise Unsupported(ODD_ROTARY)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.weight_seed)
             module = self.build(problem)
