@@ -16,6 +16,9 @@ transformers = pytest.importorskip("transformers")
 
 import inspect  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -378,3 +381,57 @@ def test_a_rotary_declaration_makes_an_odd_head_width_unsupported_before_buildin
         assert impl.rotary, impl.name
         assert "if p.D % 2" not in inspect.getsource(type(impl).build), impl.name
     assert not layers.LatentAttention.rotary  # its rotated width is its own, not p.D
+
+
+def test_repro_saves_and_replays_the_problem_a_module_as_shipped_posed(cli, tmp_path,
+                                                                       shipped, layers):
+    """``mha-suite repro`` on a module as shipped: problem.npz is the posed problem that was
+    judged (the module's own q, k, v through identity projections, and its oracle's output),
+    handed.npz the case's problem the plugin is given; replay.py reruns the module, gives the
+    case's verdict and compares the output with the posed problem's oracle (the planted layer
+    that drops its cap: far off; the example layer: within its bound), its q, k and v with
+    the saved ones."""
+    from suite.conformance import repro
+    from suite.spec import oracle
+
+    plugin = tmp_path / "planted_shipped.py"
+    plugin.write_text(PLANTED_FILE)
+    case_id = "planted.gemma2_attention[drops_cap]-cpu-float32-variants/softcap_valid_lens"
+    out = tmp_path / "fail"
+    made = cli("repro", "--plugin", str(plugin), case_id, "--out", str(out),
+               env={"PYTHONPATH": str(ROOT)})
+    assert made.returncode == 0, made.stdout + made.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["handed.npz", "problem.npz", "replay.py"]
+    posed, saved = repro.load_problem(out / "problem.npz")
+    handed, _ = repro.load_problem(out / "handed.npz")
+    case = catalog.get("variants", "softcap_valid_lens")
+    impl = layers.CappedAttention()
+    want = case.problem_for(impl)
+    np.testing.assert_array_equal(handed.query, want.query)
+    state = impl.prepare(want, "cpu", "float32")  # the cap is the same: the same q, k, v
+    computed = impl.fetch(state, impl.run(state)).posed.problem
+    for name in ("query", "key", "value"):
+        np.testing.assert_array_equal(getattr(posed, name), getattr(computed, name))
+    assert np.array_equal(posed.weights.w_q, np.eye(posed.E)) and posed.weights.b_q is None
+    assert posed.softcap == want.softcap and posed.scale == computed.scale
+    np.testing.assert_array_equal(saved["expected"], oracle.oracle(posed)[0])
+    assert "softcap=None" in str(saved["posed_how"])
+    ran = subprocess.run([sys.executable, str(out / "replay.py")], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=600, env={
+                             **os.environ, "PYTHONPATH": str(ROOT)})
+    assert ran.returncode == 1, ran.stdout + ran.stderr[-2000:]
+    assert ran.stdout.startswith("planted.gemma2_attention[drops_cap] on cpu/float32, case "
+                                 "variants/softcap_valid_lens: fail"), ran.stdout
+    assert "its q, k, v now vs the saved posed problem: max abs difference 0, 0, 0" \
+        in ran.stdout, ran.stdout
+    err = float(ran.stdout.split("saved float64 oracle: max abs error ")[1].split(",")[0])
+    assert err > 0.01, ran.stdout
+
+    good = tmp_path / "pass"
+    good_id = "mine.gemma2_attention[shipped]-cpu-float32-variants/softcap_valid_lens"
+    examples = [str(ROOT / "examples" / "shipped_layers.py")]
+    repro.write(impl, good_id, good, examples)
+    assert (good / "handed.npz").exists()
+    code = repro.replay(good / "problem.npz", impl.name, examples, "cpu", "float32",
+                        "variants", "softcap_valid_lens")
+    assert code == 0

@@ -14,6 +14,15 @@ case with fixed inputs (``suite.conformance.catalog``), written to an output fol
   outputs and the same-dtype plain algorithm's error, and a script that imports only NumPy
   and the library: ready for an upstream bug report.
 
+A plugin whose result says it computed another problem than the one handed
+(``Result.posed``: a module as shipped, judged on its own q, k and v with identity
+projections) is run once on the case when the reproducer is written: ``problem.npz`` then
+holds that posed problem, which is what was judged, and the oracle's output for it (and
+``posed_how``, what the module handed its attention function); ``handed.npz`` holds the
+problem the plugin is given. ``replay.py`` runs the plugin on the handed problem, judges it
+on the problem it poses, and compares that problem's q, k and v and the output with the saved
+ones.
+
 The Hypothesis family draws its problems, so it has no reproducer (replay it with
 ``mha-suite check -k random_shapes`` or ``-k random_inference``, derandomised; ``--repeat N``
 for flakiness).
@@ -71,6 +80,10 @@ for run in range(2):
           f"{{int(np.isnan(heads).sum())}} NaN of {{heads.size}} "
           f"(the plain algorithm in {dtype}: {{float(data['naive_err']):.3g}})")
 '''
+
+
+# Beside problem.npz, for a plugin that poses its own problem: the problem it is handed.
+HANDED = "handed.npz"
 
 
 class ReproError(ValueError):
@@ -137,8 +150,10 @@ REPLAY = '''\
 """Replay: {impl} on case {family}/{case}, {dtype} on {device}.
 
 Written by `mha-suite repro`; needs mha-suite and the plugin's library. problem.npz holds
-the case's problem exactly as the plugin is given it, and the float64 oracle's output.
-Run it as `python replay.py`; it prints the verdict and exits 1 when the case fails.
+the case's problem exactly as the plugin is given it, and the float64 oracle's output (for a
+plugin that poses its own problem, a module as shipped: the problem it posed, which is what
+was judged, and handed.npz the one it is given). Run it as `python replay.py`; it prints the
+verdict and exits 1 when the case fails.
 """
 from pathlib import Path
 
@@ -255,17 +270,34 @@ def replay(path: Path, impl_name: str, plugins: Sequence[str], device: str, dtyp
     impl = load_plugin(impl_name, plugins)
     case = catalog.get(family, name)
     p, saved = load_problem(path)
+    handed_path = path.with_name(HANDED)
+    posed = handed_path.exists()  # p is the problem the plugin posed; it is handed another
+    handed = load_problem(handed_path)[0] if posed else p
     out = case.judge_problem(impl, Outcome(impl_name, device, dtype, family, name, case.seed,
-                                           "pass"), p)
+                                           "pass"), handed)
     print(f"{impl_name} on {device}/{dtype}, case {family}/{name}: {out.outcome}"
           + (f": {out.reason}" if out.reason else ""))
     worst = out.worst()
     if worst is not None:
         print(f"  closest to its bound: {worst.describe()}")
-    results, refused = attempt(impl, [p], device, dtype)
+    if posed:
+        print(f"  {path.name}: the problem the plugin posed when this was written, its own "
+              f"q, k and v through identity projections ({str(saved.get('posed_how', ''))})")
+    results, refused = attempt(impl, [handed], device, dtype, posed=posed)
     if refused:
         print(f"  output vs the saved float64 oracle: not run ({refused[0]}: {refused[1]})")
+    elif posed and results[0].posed is None:
+        print("  output vs the saved float64 oracle: not run (the plugin posed no problem "
+              f"this time; {path.name} holds the one it posed)")
     else:
+        if posed:  # the module's own q, k and v now vs those saved
+            q = results[0].posed.problem
+            same = [float(np.max(np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))))
+                    if a.shape == b.shape else None  # NaN: one of them has a NaN there
+                    for a, b in ((q.query, p.query), (q.key, p.key), (q.value, p.value))]
+            print("  its q, k, v now vs the saved posed problem: " + (
+                "max abs difference " + ", ".join(f"{d:.3g}" for d in same)
+                if None not in same else "another shape"))
         got = np.asarray(results[0].output, np.float64)  # (B, L, E)
         err = np.abs(got - saved["expected"])
         worst_err = float(np.nanmax(err)) if not np.isnan(err).all() else float("nan")
@@ -285,26 +317,54 @@ def _plugin_specs(plugins: Sequence[str]) -> List[str]:
     return out
 
 
+def _posed(impl: Any, problem: Problem, device: str, dtype: str) -> Any:
+    """The problem ``impl`` says it computed for ``problem`` (``Result.posed``, a module as
+    shipped: its own q, k and v), from one call; None when its result poses none, or when the
+    call does not run here (the replay then says why)."""
+    from suite.conformance.judge import attempt
+
+    results, refused = attempt(impl, [problem], device, dtype, posed=True)
+    posed = None if refused else results[0].posed
+    return posed if isinstance(getattr(posed, "problem", None), Problem) else None
+
+
 def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> List[Path]:
     """Write the reproducer of ``case_id`` on ``impl`` into folder ``out``: ``replay.py`` and
-    ``problem.npz`` always, ``repro.py`` and ``inputs.npz`` where the plugin declares
-    ``repro_code``; the paths written, scripts first."""
+    ``problem.npz`` always (and ``handed.npz`` for a plugin that poses its own problem),
+    ``repro.py`` and ``inputs.npz`` where the plugin declares ``repro_code``; the paths
+    written, scripts first."""
     parts = parse(case_id)
     case = catalog.get(parts["family"], parts["case"])
     problem = case.problem_for(impl)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "problem.npz"
+    runs = True
     try:  # the problem as the plugin runs it (one key/value source: value = key; a module
         # without projection biases: none), and the oracle's output for it
         problem = expressible(impl, problem)
         expected = oracle.oracle(problem)[0]  # (B, L, E)
     except Unsupported:  # a problem the plugin cannot express: the verdict says so
-        expected = np.full((problem.B, problem.L, problem.E), np.nan)
+        expected, runs = np.full((problem.B, problem.L, problem.E), np.nan), False
+    (out / HANDED).unlink(missing_ok=True)  # a reproducer written here before
     save_problem(saved, problem, expected=expected)
     script = out / "replay.py"
     script.write_text(REPLAY.format(impl=impl.name, plugins=_plugin_specs(plugins), **{
         k: parts[k] for k in ("device", "dtype", "family", "case")}))
     written = [script, saved]
+    # An agreement case is judged on the problem the plugin poses, where it poses one (a
+    # module as shipped): only a call says so. The files above are written first, so a
+    # plugin that crashes the process here still leaves its replay.
+    posed = _posed(impl, problem, parts["device"], parts["dtype"]) \
+        if runs and case.judge is None else None
+    if posed is not None:  # what was judged: the posed problem and its oracle
+        q = posed.problem
+        try:
+            judged = oracle.oracle(q)[0]
+        except Exception:  # no attention of the case (the verdict says why)
+            judged = np.full((q.B, q.L, q.E), np.nan)
+        save_problem(out / HANDED, problem)
+        save_problem(saved, q, expected=judged, posed_how=np.str_(posed.how))
+        written.append(out / HANDED)
     # the standalone attend(q, k, v, allowed, bias, scale) has no score variants
     if declared(impl, "repro_code") and case.judge is None and not problem.has_variants():
         written[1:1] = _write_standalone(impl, problem, parts, out)
