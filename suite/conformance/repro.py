@@ -30,6 +30,7 @@ for flakiness).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -283,7 +284,9 @@ def replay(path: Path, impl_name: str, plugins: Sequence[str], device: str, dtyp
     if posed:
         print(f"  {path.name}: the problem the plugin posed when this was written, its own "
               f"q, k and v through identity projections ({str(saved.get('posed_how', ''))})")
-    results, refused = attempt(impl, [handed], device, dtype, posed=posed)
+    # a fresh copy: the judge's oracle above made the problem's arrays read-only (its cache),
+    # and a loader that wraps them without a copy (torch.as_tensor) would warn of that
+    results, refused = attempt(impl, [copy.deepcopy(handed)], device, dtype, posed=posed)
     if refused:
         print(f"  output vs the saved float64 oracle: not run ({refused[0]}: {refused[1]})")
     elif posed and results[0].posed is None:
@@ -354,8 +357,8 @@ def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> Li
     # An agreement case is judged on the problem the plugin poses, where it poses one (a
     # module as shipped): only a call says so. The files above are written first, so a
     # plugin that crashes the process here still leaves its replay.
-    posed = _posed(impl, problem, parts["device"], parts["dtype"]) \
-        if runs and case.judge is None else None
+    posed = _posed(impl, copy.deepcopy(problem), parts["device"], parts["dtype"]) \
+        if runs and case.judge is None else None  # a copy: the oracle made its arrays read-only
     if posed is not None:  # what was judged: the posed problem and its oracle
         q = posed.problem
         try:
