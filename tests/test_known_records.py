@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import re
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def _write(tmp_path, text: str, name: str = "mine.toml") -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=1)
 def _universe() -> list:
     """Every test id of the catalogue: each built-in name (the CUDA-only variants too), each
     device and dtype, each test (a contract under every name a built-in declares)."""
