@@ -11,7 +11,7 @@ from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
 # The score variants in training mode (#50): their own tests below.
-VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa"]
+VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa", "rel_t5_encoder"]
 FORM_CASES = ["packed_causal_docs"]  # an inference form in training mode (issue 50)
 DROPOUT = [c.name for c in by_family()["dropout"]
            if c.name not in VARIANT_CASES + FORM_CASES]

@@ -48,7 +48,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
-from suite.spec.variants import Alibi, alibi_slopes
+from suite.spec.variants import Alibi, RelBias, alibi_slopes
 
 FAMILY = "dropout"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -325,6 +325,16 @@ def _sinks_gqa(seed, square=None):
     p = dropout_problem(seed, 0.2, Mask(causal=True), square=square, K=2, input_scale=2.0)
     sinks = 2.0 * np.random.default_rng(seed + 7).standard_normal(p.H)
     return dataclasses.replace(p, sinks=sinks)
+
+
+@case("rel_t5_encoder", judge=_judge_draws, square=8)
+def _rel_t5_encoder(seed, square=None):
+    """T5's encoder in training: dropout 0.1, its bidirectional relative table (16 buckets,
+    max distance 8) added to every score, no mask: a training path that leaves the table out
+    (the eval path adding it) moves the draws' mean off the oracle's."""
+    p = dropout_problem(seed, 0.1, Mask(), square=square, input_scale=2.0)
+    table = 1.5 * np.random.default_rng(seed + 9).standard_normal((p.H, 16))
+    return dataclasses.replace(p, rel_bias=RelBias(table, "t5", True, 8))
 
 
 @case("packed_causal_docs", judge=_judge_draws)
