@@ -156,19 +156,33 @@ def ci_steps(session: nox.Session, steps: Steps) -> None:
 def check_full(session: nox.Session) -> None:
     """The harness tests marked slow, then the whole conformance matrix: every case of every
     implementation in every dtype, at every CPU level here (Keras on each backend),
-    declarations strict; then its report. Run it on a fresh clone before resolving work that
-    changes verdicts."""
+    declarations strict; then its outcomes compared case by case with the previous run's
+    (kept as conformance.json.previous: `mha-suite compare`, printed, never failing the
+    session), and its report. Run it on a fresh clone before resolving work that changes
+    verdicts."""
     out = f"{RESULTS}/full"
+    # (not *.json: a report of a folder reads every *.json in it, and would show the old run)
+    results, previous = Path(out) / "conformance.json", Path(out) / "conformance.json.previous"
     with Steps(session) as steps:
         steps.call("install", install, session)
         steps.run("pytest tests -m slow", "pytest", "tests", "-n", "auto", "-m", "slow",
                   "--durations=5")
-        steps.run("check (every level)", "mha-suite", "check", "--isa", "all",
-                  "--strict-declarations", "--json", f"{out}/conformance.json",
-                  *session.posargs, "--", "--durations=15")
-        steps.run("check (Keras on jax)", "mha-suite", "check", "--impl", "keras.mha*",
-                  "--strict-declarations", "--json", f"{out}/conformance.json",
-                  *session.posargs, env={"KERAS_BACKEND": "jax"})
+        # The last run's results are moved aside, not merged into: this run's file holds
+        # this run's records only, and the comparison sees what each run found.
+        if results.exists():
+            results.replace(previous)
+            session.log(f"the previous run's results: {previous}")
+        try:
+            steps.run("check (every level)", "mha-suite", "check", "--isa", "all",
+                      "--strict-declarations", "--json", str(results),
+                      *session.posargs, "--", "--durations=15")
+            steps.run("check (Keras on jax)", "mha-suite", "check", "--impl", "keras.mha*",
+                      "--strict-declarations", "--json", str(results),
+                      *session.posargs, env={"KERAS_BACKEND": "jax"})
+        finally:  # also after a check that failed: which outcomes changed is the question
+            if previous.exists() and results.exists():
+                steps.run("compare with the previous run", "mha-suite", "compare",
+                          str(previous), str(results), success_codes=[0, 1])
         steps.run("report", "mha-suite", "report", out, "--out", f"{out}/report.html")
 
 

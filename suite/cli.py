@@ -1,4 +1,4 @@
-"""The ``mha-suite`` command: list, check, sweep, report, run."""
+"""The ``mha-suite`` command: list, check, sweep, report, run, repro, compare."""
 
 from __future__ import annotations
 
@@ -360,6 +360,16 @@ def cmd_repro(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two conformance results files case by case (suite.results.compare)."""
+    from suite.results import compare
+
+    if args.show < 0:
+        raise CLIError(f"--show: expected a whole number >= 0, got {args.show}")
+    return compare.run(args.before, args.after, known_failures=args.known_failures,
+                       shown=args.show, numbers=args.numbers)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: conformance, the sweep, the report."""
     from reports.cli import build_report, check_report_target
@@ -541,6 +551,32 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     _add_isa(p, "all")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "compare", help="compare two conformance results files case by case",
+        description="Compare two conformance results files (mha-suite check --json) case by "
+                    "case, keyed by implementation, device, dtype, CPU level and test id: the "
+                    "records only one holds and the cases whose outcome changed, each side's "
+                    "reason on one line. A case an intermittent known-failure record lists "
+                    "(condition 'intermittent') is reported under that record and is not a "
+                    "change. nox -s check_full compares its run with the previous one "
+                    "(conformance.json.previous). Exit status: 0 no outcome changed but "
+                    "intermittent ones, 1 an outcome changed or a record is in one file only, "
+                    "2 a file missing, unreadable or not a conformance results file.")
+    p.add_argument("before", metavar="BEFORE", help="the earlier conformance results file")
+    p.add_argument("after", metavar="AFTER", help="the later conformance results file")
+    p.add_argument("--known-failures", action="append", default=[], metavar="FILE",
+                   help="more known-failure files whose intermittent entries excuse a change "
+                        "(as mha-suite check's; the suite's own file is always read)")
+    p.add_argument("--numbers", action="store_true",
+                   help="also compare err and bound of the cases that passed in both files: "
+                        "how many changed and the largest relative change (off by default)")
+    from suite.results.compare import SHOWN
+
+    p.add_argument("--show", type=int, default=SHOWN, metavar="N",
+                   help=f"lines per kind (changed, intermittent, only before, only after) at "
+                        f"most, the rest counted (default {SHOWN})")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 
