@@ -254,3 +254,13 @@ def test_the_executorch_path_passes_a_masked_case_and_drops_no_mask():
     out = run_catalog_case(exported(DropsMaskWhenTraced, "executorch")(), "masking", "causal",
                            "float32")
     assert out.outcome == "fail", out.reason
+
+
+def test_the_executorch_path_exports_the_layout_it_feeds():
+    """A broadcast bias reaches the exporter as a strided view; the program is fed contiguous
+    tensors, so it must be exported on contiguous ones (else ExecuTorch's add kernel refuses
+    the call: 'different dim orders', error 0x12, measured on executorch 1.5.1)."""
+    pytest.importorskip("executorch")
+    out = run_catalog_case(exported(PlainSDPA, "executorch")(), "masking", "bias_broadcast",
+                           "float32")
+    assert out.outcome == "pass", out.reason

@@ -47,10 +47,15 @@ class ExecuTorchPath(ExportPath):
                      names: Sequence[str]) -> bytes:
         from executorch.exir import to_edge
 
+        # Export on contiguous examples: ``run`` feeds contiguous tensors, and a program keeps
+        # each input's dim order from its example (a broadcast bias is a strided view, dim order
+        # (1, 3, 0, 2)), so a strided example makes a program whose portable kernels refuse the
+        # contiguous input ("different dim orders", error 0x12 in aten::add.out).
         chatter = io.StringIO()
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(chatter):
             warnings.simplefilter("ignore")
-            program = torch.export.export(graph, tuple(args), strict=False)
+            program = torch.export.export(graph, tuple(a.contiguous() for a in args),
+                                          strict=False)
             return bytes(to_edge(program).to_executorch().buffer)
 
     def load(self, model: bytes, names: Sequence[str]) -> Any:
