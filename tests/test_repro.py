@@ -31,6 +31,8 @@ SHOWS = {
     # fixed by onnxruntime 1.25, 1.27 and 1.28 (1.24.1 prints BUG for all nine, 1.27.0 for
     # five; 1.28.0-1.32.0: ok)
     "onnxruntime-attention-1.24-1.27": ("onnxruntime", {}, r" BUG|^9 .* ok$"),
+    # fixed by onnxruntime 1.24 (1.23.0-1.23.2 print BUG for all three; 1.24.1-1.32.0: ok)
+    "onnxruntime-gqa-window-1.23": ("onnxruntime", {}, r"  BUG  |^3 decode.*  ok  "),
     # fixed in transformers 5.2: on newer pins it prints "ok" (the behaviour is gone there)
     "hf-gpt2-eager-causal-buffer": ("transformers", {}, r"vs unmasked attention [1-9]|^ok$"),
     "hf-gpt2-scale-by-layer-fp16-overflow": (
