@@ -54,7 +54,7 @@ def test_every_vocabulary_case_and_command_is_on_its_page():
     features = pages.features_page()
     assert all(f"| `{f}` |" in features for f in FEATURE_MEANINGS)
     cli_page = pages.cli_page()
-    for command in ("list", "check", "sweep", "report", "run", "repro"):
+    for command in ("list", "check", "sweep", "report", "run", "repro", "compare"):
         assert f"## mha-suite {command}\n" in cli_page, command
 
 
