@@ -361,8 +361,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Two conformance results files case by case (suite.results.compare)."""
-    from suite.results import compare
+    """Two conformance results files case by case (suite.conformance.compare)."""
+    from suite.conformance import compare
 
     if args.show < 0:
         raise CLIError(f"--show: expected a whole number >= 0, got {args.show}")
@@ -571,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--numbers", action="store_true",
                    help="also compare err and bound of the cases that passed in both files: "
                         "how many changed and the largest relative change (off by default)")
-    from suite.results.compare import SHOWN
+    from suite.conformance.compare import SHOWN
 
     p.add_argument("--show", type=int, default=SHOWN, metavar="N",
                    help=f"lines per kind (changed, intermittent, only before, only after) at "

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from suite.results import compare
+from suite.conformance import compare
 
 MASKING = "suite/conformance/tests/test_agreement.py::test_case[numpy-cpu-float32-masking/{}]"
 

@@ -303,3 +303,21 @@ def test_packed_sequences_in_training_mode_pass_on_the_references_and_a_path_tha
     pytest.importorskip("torch")
     out = run_catalog_case(_builtin("torch.nn"), "dropout", case, "float32")
     assert out.outcome == "unsupported" and "packed" in out.reason, out.reason
+
+
+def test_the_spread_calibration_runs_the_reference_inside_its_band(capsys):
+    """python -m suite.conformance.dropout_spread (the figures of docs/verdicts/dropout.md):
+    a line per form of each selected case, the reference never outside the band; a plugin
+    whose band were the fixed one would show its ratio's spread beside a half-width of 0.1."""
+    from suite.conformance import dropout_spread
+
+    assert dropout_spread.main(["--runs", "3", "-k", "alibi_causal"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [["alibi_causal", "cross"],
+                                                    ["alibi_causal", "square"]]
+    for line in lines:
+        assert line.endswith("outside 0 of 3"), line
+    # the variant case's band is wider than the fixed one (0.12-0.18 in 120 runs measured)
+    widest = max(float(line.split("half-width ")[1].split("-")[1].rstrip(",").split(",")[0])
+                 for line in lines)
+    assert widest > 0.1, lines

@@ -16,16 +16,17 @@ what the draws must show:
   plus the rule's bound for rounding. Catches weights left unscaled (the mean shrinks by
   1 - p) and dropout applied where the spec does not (a masked key, the output).
 - The spread: the median over elements of the draws' sample variance over that exact
-  variance lies in 1 +- z standard errors of that median (``spread_band``: resampled from
-  the draws, z for ``FALSE_ALARM``), at its narrowest [SPREAD_LOW, SPREAD_HIGH]. Catches dropout ignored in training mode (no
-  spread), the same mask every call, p taken as the keep probability, one mask shared
-  where the library should draw per head. Measured on planted NumPy plugins, 8 runs of
-  each case: p read as the keep probability gives median ratios 5.4 to 15.9 (and a biased
-  mean); one mask shared by every head 0.79 to 0.81 on ``masked`` (caught every run), 0.81
-  to 0.88 on ``mean_and_spread`` (mostly), 0.91 to 0.96 on ``gqa`` (not caught); whole head
-  rows dropped 0.76 to 0.78 on ``gqa`` (every run), 0.85 to 0.93 on ``mean_and_spread``
-  (some runs), 0.93 to 0.97 on ``masked`` (not caught). A spread test per element sees
-  these only through their variance; their covariances differ more.
+  variance lies in 1 +- z standard errors of that median (``spread_band``: resampled
+  from the draws, z for ``FALSE_ALARM``), at its narrowest [SPREAD_LOW, SPREAD_HIGH].
+  Catches dropout ignored in training mode (no spread), the same mask every call, p
+  taken as the keep probability, one mask shared where the library should draw per head.
+  Measured on planted NumPy plugins, 8 runs of each case: p read as the keep probability
+  gives median ratios 5.4 to 15.9 (and a biased mean); one mask shared by every head
+  0.79 to 0.81 on ``masked`` (caught every run), 0.81 to 0.88 on ``mean_and_spread``
+  (mostly), 0.91 to 0.96 on ``gqa`` (not caught); whole head rows dropped 0.76 to 0.78
+  on ``gqa`` (every run), 0.85 to 0.93 on ``mean_and_spread`` (some runs), 0.93 to 0.97
+  on ``masked`` (not caught). A spread test per element sees these only through their
+  variance; their covariances differ more.
 
 ``Z`` is the two-sided normal quantile for a family-wise false alarm rate of 1e-6 over
 the elements (Bonferroni: 5.8 for this family's problems). The spread band: on the NumPy
