@@ -35,7 +35,7 @@ def rows(runs: int, select: str = "") -> Iterator[str]:
         for form, impl in (("cross", NumpyMHA()), ("square", Square())):
             p = case.problem_for(impl)
             var = dropout.dropout_variance(p)
-            live = var > 1e-12 * max(float(var.max()), 1e-300)
+            live = dropout.live_elements(var)
             ratios: List[float] = []
             halves: List[float] = []
             outside = 0
@@ -43,7 +43,7 @@ def rows(runs: int, select: str = "") -> Iterator[str]:
                 out = Outcome(impl.name, "cpu", "float32", "dropout", case.name, case.seed,
                               "pass")
                 _, x = dropout._draws(impl, out, p)
-                ratio = float(np.median(x.var(axis=0, ddof=1)[live] / var[live]))
+                ratio = dropout.spread_ratio(x, var, live)
                 low, high = dropout.spread_band(x, var, live)
                 ratios.append(ratio)
                 halves.append(high - 1.0)

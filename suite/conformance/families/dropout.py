@@ -128,7 +128,7 @@ def _mean_and_spread_verdict(impl: Any, out: Any, p: Problem, x: np.ndarray) -> 
 
     ref, _ = oracle.oracle(p)
     var = dropout_variance(p)
-    live = var > 1e-12 * max(float(var.max()), 1e-300)  # elements dropout can move
+    live = live_elements(var)
     bound = slack_for(impl, out, p) / 2  # the rule's bound: rounding in this dtype
     z = z_for(int(live.sum()))
     err = np.abs(x.mean(axis=0) - ref)
@@ -145,7 +145,7 @@ def _mean_and_spread_verdict(impl: Any, out: Any, p: Problem, x: np.ndarray) -> 
     if not live.any():
         return out.classify("fail", "no output element can vary under this dropout: the "
                                     "case is wrong")
-    ratio = float(np.median(x.var(axis=0, ddof=1)[live] / var[live]))
+    ratio = spread_ratio(x, var, live)
     low, high = spread_band(x, var, live)
     if not low <= ratio <= high:
         what = ("no spread at all: dropout not applied in training mode, or the same mask "
@@ -159,6 +159,16 @@ def _mean_and_spread_verdict(impl: Any, out: Any, p: Problem, x: np.ndarray) -> 
     return out
 
 
+def live_elements(var: np.ndarray) -> np.ndarray:
+    """The output elements dropout can move: an exact variance above rounding's."""
+    return var > 1e-12 * max(float(var.max()), 1e-300)
+
+
+def spread_ratio(x: np.ndarray, var: np.ndarray, live: np.ndarray) -> float:
+    """The median over ``live`` elements of the draws' sample variance over the exact one."""
+    return float(np.median(x.var(axis=0, ddof=1)[live] / var[live]))
+
+
 def spread_band(x: np.ndarray, var: np.ndarray, live: np.ndarray) -> Tuple[float, float]:
     """The band the median variance ratio of draws ``x`` (N, ...) must fall in: 1 plus or
     minus z standard errors of that median (z for ``FALSE_ALARM``, one test), the standard
@@ -168,10 +178,8 @@ def spread_band(x: np.ndarray, var: np.ndarray, live: np.ndarray) -> Tuple[float
     cap, ALiBi) each element's sample variance rests on a few dropped keys and the median
     of 200 calls spread 3.4 % (alibi_causal) where plain dropout 0.2 spreads 1.2-1.6 %."""
     n = x.shape[0]
-    cols = x.reshape(n, -1)[:, live.ravel()]
-    exact = var[live]
     pick = np.random.default_rng(0).integers(0, n, (BOOTSTRAP, n))
-    medians = [float(np.median(cols[i].var(axis=0, ddof=1) / exact)) for i in pick]
+    medians = [spread_ratio(x[i], var, live) for i in pick]
     half = z_for(1) * float(np.std(medians, ddof=1))
     return min(SPREAD_LOW, 1.0 - half), max(SPREAD_HIGH, 1.0 + half)
 
@@ -191,7 +199,7 @@ def correlations(p: Problem, x: np.ndarray) -> dict:
 
     ref, _ = oracle.oracle(p)
     var = dropout_variance(p)
-    live = var > 1e-12 * max(float(var.max()), 1e-300)
+    live = live_elements(var)
     d = np.where(live, (x - ref) / np.sqrt(np.where(live, var, 1.0)), 0.0)  # (N, B, L, E)
 
     def corr(a: np.ndarray, b: np.ndarray) -> float:
