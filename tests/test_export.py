@@ -264,3 +264,18 @@ def test_the_executorch_path_exports_the_layout_it_feeds():
     out = run_catalog_case(exported(PlainSDPA, "executorch")(), "masking", "bias_broadcast",
                            "float32")
     assert out.outcome == "pass", out.reason
+
+
+def test_the_executorch_module_imports_first_in_a_fresh_process():
+    """Importing implementations.export.executorch before onnx_export once stopped at a
+    circular import (onnx_export made the ExecuTorch names at import, reaching back into the
+    half-imported module); a process that only wants the ExecuTorch names imports it first."""
+    import subprocess
+    import sys
+
+    code = ("import implementations.export.executorch as e; "
+            "print(e.ExportExecuTorchTorchNN.name, e.ExportExecuTorchTorchSDPA.name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["export.executorch[torch.nn]", "export.executorch[torch.sdpa]"]

@@ -18,7 +18,9 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 import torch
 
-from implementations.export.onnx_export import ExportPath
+from implementations.export.onnx_export import ExportPath, exported
+from implementations.torch.nn import TorchNN
+from implementations.torch.sdpa import TorchSDPA
 
 
 class ExecuTorchProgram:
@@ -60,3 +62,10 @@ class ExecuTorchPath(ExportPath):
 
     def load(self, model: bytes, names: Sequence[str]) -> Any:
         return ExecuTorchProgram(model, names)
+
+
+# The built-in names: unavailable (one line) where the executorch package is not installed.
+# torch.nn's module (nn.MultiheadAttention's decomposed ops) and SDPA's (one
+# scaled_dot_product_attention call, which ExecuTorch's portable kernels take whole).
+ExportExecuTorchTorchNN = exported(TorchNN, "executorch", module=__name__)
+ExportExecuTorchTorchSDPA = exported(TorchSDPA, "executorch", module=__name__)

@@ -598,8 +598,8 @@ ExportOnnx23TorchSDPA = exported(TorchSDPA, "dynamo", opset=23, module=__name__,
                                  name="export.onnx-opset23[torch.sdpa]")
 ExportOnnxTsTorchNN = _builtin("implementations.torch.nn:TorchNN", "torchscript")
 ExportOnnxTsTorchSDPA = _builtin("implementations.torch.sdpa:TorchSDPA", "torchscript")
-# ExecuTorch: unavailable (one line) where the executorch package is not installed
-ExportExecuTorchTorchNN = _builtin("implementations.torch.nn:TorchNN", "executorch")
+# ExecuTorch's names are made in implementations.export.executorch, after its ExecuTorchPath:
+# made here, importing that module first would reach this line before the class exists.
 
 
 # Hugging Face models through the dynamo exporter: a decoder's causal mask pipeline and an

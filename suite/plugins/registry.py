@@ -101,7 +101,8 @@ BUILTINS: Dict[str, str] = {
     "export.onnx-opset23[torch.sdpa]": "implementations.export.onnx_export:ExportOnnx23TorchSDPA",
     "export.onnx-ts[torch.nn]": "implementations.export.onnx_export:ExportOnnxTsTorchNN",
     "export.onnx-ts[torch.sdpa]": "implementations.export.onnx_export:ExportOnnxTsTorchSDPA",
-    "export.executorch[torch.nn]": "implementations.export.onnx_export:ExportExecuTorchTorchNN",
+    "export.executorch[torch.nn]": "implementations.export.executorch:ExportExecuTorchTorchNN",
+    "export.executorch[torch.sdpa]": "implementations.export.executorch:ExportExecuTorchTorchSDPA",
 }
 # Modules that may register several names (variants known only at run time).
 BUILTIN_FAMILIES: Dict[str, str] = {
