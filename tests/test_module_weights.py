@@ -231,3 +231,32 @@ def test_read_only_weights_load_without_torch_warning(recwarn):
     res = _run(Nested(), p)
     assert np.allclose(res.output, oracle(p)[0], atol=1e-10)
     assert not [w for w in recwarn if "not writable" in str(w.message)]
+
+
+def test_torch_nn_loads_read_only_weights_without_a_warning():
+    """A problem's cached arrays are read-only; nn.MultiheadAttention's loader copies them
+    (torch.as_tensor of one warns once a process that writing would be undefined, a line a
+    user's run printed for nothing). In a process of its own: torch warns only once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import warnings
+import numpy as np
+import torch
+from implementations.torch.nn import TorchNN
+from suite.spec.problem import make_problem
+p = make_problem(0, B=1, L=3, E=8, H=2)
+for a in vars(p.weights).values():
+    if isinstance(a, np.ndarray):
+        a.setflags(write=False)
+impl = TorchNN()
+with warnings.catch_warnings(), torch.no_grad():
+    warnings.simplefilter("error")
+    impl.load_weights(impl.build(p), p)
+print("loaded")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 0 and proc.stdout.strip() == "loaded", proc.stderr[-2000:]

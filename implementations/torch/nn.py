@@ -110,11 +110,13 @@ class TorchNN(TorchModuleCore):
 
     def load_weights(self, mha: torch.nn.Module, p: Problem) -> None:
         packed = adapters.to_packed(p.weights)  # in_proj (3E, E), out_proj (E, E): left-multiply
-        mha.in_proj_weight.copy_(torch.as_tensor(packed["in_proj_weight"]))
-        mha.out_proj.weight.copy_(torch.as_tensor(packed["out_proj_weight"]))
+        # torch.tensor copies: a problem's cached arrays are read-only, and torch.as_tensor of
+        # one warns (once a process) that writing to it would be undefined.
+        mha.in_proj_weight.copy_(torch.tensor(packed["in_proj_weight"]))
+        mha.out_proj.weight.copy_(torch.tensor(packed["out_proj_weight"]))
         if packed["in_proj_bias"] is not None:
-            mha.in_proj_bias.copy_(torch.as_tensor(packed["in_proj_bias"]))
-            mha.out_proj.bias.copy_(torch.as_tensor(packed["out_proj_bias"]))
+            mha.in_proj_bias.copy_(torch.tensor(packed["in_proj_bias"]))
+            mha.out_proj.bias.copy_(torch.tensor(packed["out_proj_bias"]))
 
     def weight_grads(self, mha: torch.nn.Module) -> Dict[str, np.ndarray]:
         def g(param):
