@@ -373,3 +373,26 @@ def test_repro_saves_the_problem_as_a_bias_free_plugin_runs_it(tmp_path):
     assert problem.weights.b_q is None and problem.weights.b_o is None
     from suite.spec.oracle import oracle
     assert np.allclose(saved["expected"], oracle(problem)[0])
+
+
+@pytest.mark.parametrize("declared_pose, calls", [(None, 1), (False, 0), (True, 1)])
+def test_repro_calls_a_plugin_to_find_its_posed_problem_only_where_it_may_pose(
+        tmp_path, declared_pose, calls):
+    """Which problem a reproducer saves depends on whether the plugin poses its own (a module
+    as shipped); only a call says so, unless the plugin declares ``poses_problem``: a plugin
+    that says False (the toolkit's cores, the built-ins) is not run while the files are
+    written, one that does not say is run once."""
+    from implementations.numpy.mha import NumpyMHA
+    from suite.conformance import repro
+
+    class Counting(NumpyMHA):
+        name, poses_problem, runs = "numpy.counting", declared_pose, 0
+
+        def run(self, state):
+            type(self).runs += 1
+            return super().run(state)
+
+    Counting.__module__ = "my_plugin"  # a plugin, not a built-in
+    repro.write(Counting(), "numpy.counting-cpu-float32-masking/combined", tmp_path)
+    assert Counting.runs == calls
+    assert repro.may_pose(NumpyMHA()) is False  # a built-in that does not say: never

@@ -202,6 +202,7 @@ class ShippedCore(TorchModuleCore):
     (``Result.posed``): ``mha-suite check --plugin FILE`` judges it like any name."""
 
     framework = "hf"
+    poses_problem = True  # its own q, k and v: ``fetch`` returns Result.posed
     kv_source = "self"  # a layer takes one hidden_states
     projection_bias = False  # the problem's projections are not the module's
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})

@@ -336,6 +336,8 @@ class JaxModuleCore(_Compiled):
     ``module_mask`` returns it, its arrays as jax arrays (``bias`` in the compute dtype).
     """
 
+    poses_problem = False  # it computes the handed problem
+
     features = frozenset({"cross", "grad"})  # declare what the module really handles
     layers: Dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
     mask_split: Dict[str, Any] = {"true_means": "attend", "key_padding": False,

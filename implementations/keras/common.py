@@ -103,6 +103,8 @@ class KerasModuleCore(Implementation):
     library with its own mask arguments may return a dict of keyword arguments instead.
     """
 
+    poses_problem = False  # it computes the handed problem
+
     framework = "keras"
     array_library = BACKEND  # the sweep's matmul peak and memory method
     features = frozenset({"cross", "grad"} if BACKEND in GRAD_BACKENDS else {"cross"})

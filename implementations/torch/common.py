@@ -139,6 +139,7 @@ def arrange_mask(mask: AttendMask, problem: Problem) -> AttendMask:
 class TorchCore(Implementation):
     """Projections and heads in torch; subclasses supply ``attend``."""
 
+    poses_problem = False  # it computes the handed problem (a module as shipped: ShippedCore)
     framework = "torch"
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "bias",
                           "cross", "gqa", "scale", "grad"})

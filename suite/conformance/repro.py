@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from suite.conformance import catalog
-from suite.plugins.interface import Unsupported, declared, expressible
+from suite.plugins.interface import Unsupported, declared, expressible, is_builtin
 from suite.spec import oracle
 from suite.spec.paging import Paging
 from suite.spec.problem import Mask, Problem, Weights
@@ -320,6 +320,14 @@ def _plugin_specs(plugins: Sequence[str]) -> List[str]:
     return out
 
 
+def may_pose(impl: Any) -> bool:
+    """Whether ``impl``'s result may be posed (``Implementation.poses_problem``): what it
+    declares; not declared, False for a built-in and True for any other plugin (one call
+    tells)."""
+    said = declared(impl, "poses_problem")
+    return (not is_builtin(type(impl))) if said is None else bool(said)
+
+
 def _posed(impl: Any, problem: Problem, device: str, dtype: str) -> Any:
     """The problem ``impl`` says it computed for ``problem`` (``Result.posed``, a module as
     shipped: its own q, k and v), from one call; None when its result poses none, or when the
@@ -358,7 +366,7 @@ def write(impl: Any, case_id: str, out: Path, plugins: Sequence[str] = ()) -> Li
     # module as shipped): only a call says so. The files above are written first, so a
     # plugin that crashes the process here still leaves its replay.
     posed = _posed(impl, copy.deepcopy(problem), parts["device"], parts["dtype"]) \
-        if runs and case.judge is None else None  # a copy: the oracle made its arrays read-only
+        if runs and case.judge is None and may_pose(impl) else None  # a copy: read-only arrays
     if posed is not None:  # what was judged: the posed problem and its oracle
         q = posed.problem
         try:

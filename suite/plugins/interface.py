@@ -48,7 +48,7 @@ unsupported and every other case runs the plugin's usual translation.
 
 The other attributes and hooks (``array_library``, ``kv_source``, ``kv_grouping``,
 ``projection_bias``, ``memory_model``, ``repeat_kv``, ``replaces_builtin``, ``repro_code``,
-``after_prepare``) are declared on ``Implementation`` with their defaults and what reads
+``poses_problem``, ``after_prepare``) are declared on ``Implementation`` with their defaults and what reads
 them; ``suite.plugins.adapters`` translates the canonical problem (masks, weight layouts, gradient
 names) into a library's terms.
 """
@@ -189,6 +189,11 @@ class Implementation:
     # Source of ``attend(q, k, v, allowed, bias, scale)`` over NumPy arrays calling the library
     # as this plugin does, for ``mha-suite repro`` (None: no standalone reproducer).
     repro_code: ClassVar[Optional[str]] = None
+    # Whether ``fetch`` may return ``Result.posed`` (a module as shipped judged on the problem
+    # it poses itself): True, False (never), None (not said: ``mha-suite repro`` then calls
+    # the plugin once on the case to find out which problem to save; a built-in poses none
+    # unless its class says True). The toolkit's cores say False.
+    poses_problem: ClassVar[Optional[bool]] = None
     # Mask forms (names in ``MASK_FORMS``) the library takes natively: the ``mask_forms``
     # family gives the plugin each one (``suite.plugins.adapters.requested_form``) and compares it
     # with the oracle on the same problem. Empty (the default): the family is unsupported.
