@@ -11,7 +11,8 @@ from suite.spec.problem import InputError
 from tests.conftest import planted, run_catalog_case
 
 # The score variants in training mode (#50): their own tests below.
-VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa", "rel_t5_encoder"]
+VARIANT_CASES = ["softcap_causal", "alibi_causal", "sinks_gqa", "rel_t5_encoder",
+                 "score_mod_causal"]
 FORM_CASES = ["packed_causal_docs"]  # an inference form in training mode (issue 50)
 DROPOUT = [c.name for c in by_family()["dropout"]
            if c.name not in VARIANT_CASES + FORM_CASES]
@@ -288,6 +289,20 @@ def test_variants_in_training_mode_pass_on_the_references_and_a_path_that_drops_
     assert run_catalog_case(_builtin("torch.eager"), "dropout", case, "float32").outcome == "pass"
     out = run_catalog_case(_builtin("torch.sdpa"), "dropout", case, "float32")
     assert out.outcome == "unsupported", out.reason
+
+
+@pytest.mark.parametrize("square", [False, True])
+def test_a_training_path_that_drops_only_the_score_mod_fails_its_case(square):
+    """score_mod_causal (cross and square forms): a plugin whose training path leaves the
+    score modifier out, every other variant kept, fails the draws' mean; the same plugin
+    passes the capped case (its cap kept in training)."""
+    bug = planted("score_mod_planted").TrainingDropsScoreMod
+    if square:
+        bug = type("SquareBug", (bug,), {"kv_source": "self"})
+    out = run_catalog_case(bug(), "dropout", "score_mod_causal", "float32")
+    assert out.outcome == "fail" and "standard errors" in out.reason, (out.outcome, out.reason)
+    out = run_catalog_case(bug(), "dropout", "softcap_causal", "float32")
+    assert out.outcome == "pass", out.reason
 
 
 def test_packed_sequences_in_training_mode_pass_on_the_references_and_a_path_that_joins_them_fails():

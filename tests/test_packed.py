@@ -154,3 +154,55 @@ def test_uncompiled_flex_attention_says_nothing_of_the_path_it_is_named_for():
         warnings.simplefilter("always")
         assert _run(TorchFlexEager(), "docs", "float32").outcome == "pass"
     assert not [w for w in seen if "without torch.compile" in str(w.message)], seen
+
+
+# --- a score modifier in packed sequences (issue 50) ------------------------------------------
+def _at_positions(seed: int = 0):
+    """A packed causal problem (5+7 and 3+4+5) with a modifier that reads absolute positions,
+    not only their difference: cos(j) and i * sin(j) change with where a sequence starts."""
+    from suite.conformance.families.packed import packed_problem
+    from suite.spec.variants import ScoreMod
+
+    mod = ScoreMod("at_positions", lambda s, b, h, i, j, xp: s + 1.5 * xp.cos(j)
+                   - 0.2 * i * xp.sin(j) + 0.1 * h)
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=2.0)
+    return dataclasses.replace(p, score_mod=mod).validate()
+
+
+def test_a_score_mod_in_a_packed_row_reads_positions_within_its_sequence():
+    """The oracle hands a packed token's modifier its position in its own sequence (as ALiBi
+    and the table read it): each sequence's rows are those of the sequence alone, also for a
+    modifier of absolute positions; the row and slot indices of the row would give another
+    answer (so this test can tell the two readings apart)."""
+    p = _at_positions()
+    out = oracle(p)[0]
+    for b, lens in enumerate(seq_lens(p.mask.segments)):
+        start = 0
+        for n in lens:
+            alone = oracle(_alone(p, b, start, start + n))[0]
+            np.testing.assert_allclose(out[b, start:start + n], alone[0], rtol=1e-12,
+                                       atol=1e-12, err_msg=f"row {b} at {start}")
+            start += n
+    seg = p.mask.segments
+    same = (seg[:, :, None] == seg[:, None, :])[:, None]  # (B, 1, L, L) the sequences' blocks
+    by_index = oracle(dataclasses.replace(p, mask=Mask(causal=True, allowed=same)))[0]
+    later = seg > 0  # a sequence that does not start the row
+    assert np.abs(by_index - out)[later].max() > 1e-1
+    np.testing.assert_allclose(by_index[~later], out[~later], rtol=1e-12, atol=1e-12)
+
+
+def test_a_packed_path_that_drops_the_score_mod_fails_and_the_references_pass():
+    """score_mod_docs: numpy and torch.eager pass; a plugin whose packed path leaves the
+    modifier out (its padded path keeps it) fails it and passes the packed cases without a
+    modifier."""
+    from implementations.numpy.mha import NumpyMHA
+
+    assert _run(NumpyMHA(), "score_mod_docs", "float32").outcome == "pass"
+    bug = planted("score_mod_planted").PackedDropsScoreMod()
+    for c in PACKED:
+        out = _run(bug, c.name, "float32")
+        assert (out.outcome == "fail") == (c.name == "score_mod_docs"), (c.name, out.reason)
+    pytest.importorskip("torch")
+    from implementations.torch.eager import TorchEager
+
+    assert _run(TorchEager(), "score_mod_docs", "float32").outcome == "pass"

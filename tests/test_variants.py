@@ -175,8 +175,9 @@ def _direct(p: Problem) -> np.ndarray:
                     if p.rel_bias is not None:
                         d = kpos(b, j) - qpos(b, i, p.rel_bias.align)
                         s += p.rel_bias.table[h, bucket(p.rel_bias, d)]
-                    if p.score_mod is not None:
-                        s = float(p.score_mod.fn(s, b, h, i, j, math))
+                    if p.score_mod is not None:  # i, j: positions in a packed sequence
+                        at = (qpos(b, i, "top_left"), kpos(b, j)) if seg is not None else (i, j)
+                        s = float(p.score_mod.fn(s, b, h, *at, math))
                     logits.append(s if allowed[b, h, i, j] else -math.inf)
                 if p.sinks is not None:
                     logits.append(p.sinks[h])
@@ -246,7 +247,8 @@ def test_packed_positions_restart_in_each_sequence():
 
 def test_position_variants_beside_the_forms_are_posed_and_checked():
     """ALiBi and a table beside an offset, segments or steps validate (top_left: the form
-    places the rows); bottom_right there or a score_mod there is refused by name."""
+    places the rows); bottom_right there is refused by name, and so is a score_mod beside an
+    offset or steps (beside segments it is posed: its i and j are positions in a sequence)."""
     p = catalog.get("decode", "alibi_few_rows").problem()
     with pytest.raises(InputError, match="alibi.align"):
         dataclasses.replace(p, alibi=dataclasses.replace(p.alibi, align="bottom_right")
@@ -254,8 +256,7 @@ def test_position_variants_beside_the_forms_are_posed_and_checked():
     with pytest.raises(InputError, match="mask.query_offset: expected no score_mod"):
         dataclasses.replace(p, alibi=None, score_mod=SCORE_MODS["tanh_gate"]).validate()
     q = catalog.get("packed", "alibi_docs").problem()
-    with pytest.raises(InputError, match="mask.segments: expected no score_mod"):
-        dataclasses.replace(q, score_mod=SCORE_MODS["tanh_gate"]).validate()
+    dataclasses.replace(q, score_mod=SCORE_MODS["tanh_gate"]).validate()
     g = catalog.get("generation", "alibi_steps").problem()
     with pytest.raises(InputError, match="steps: expected no score_mod"):
         dataclasses.replace(g, score_mod=SCORE_MODS["tanh_gate"]).validate()

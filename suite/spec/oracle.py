@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from suite.spec.problem import Problem, variant_positions
-from suite.spec.variants import score_mod_indices
+from suite.spec.variants import score_mod_indices, segment_positions
 
 ORDERS = ("blas", "sequential")
 # How float32 matrix products may take their operands (a declared ``float32_dots`` policy,
@@ -247,6 +247,19 @@ def _arrays(x: Any):
             yield from _arrays(v)
 
 
+def score_mod_at(p: Problem, shape: Tuple[int, ...], dtype: Any) -> tuple:
+    """The (b, h, i, j) a score_mod of ``p`` reads on a (B, H, L, S) score, as floats of
+    ``dtype`` (``suite.spec.variants.ScoreFn``): the batch, head, query row and key indices;
+    in a packed batch (``mask.segments``) i and j are each token's position within its own
+    sequence, (B, 1, L, 1) and (B, 1, 1, S), as ALiBi and the relative table read them
+    (``variant_positions``): a packed sequence's rows are those of the sequence alone."""
+    b, h, i, j = score_mod_indices(shape, dtype)
+    if p.mask.segments is not None:  # positions restart at each sequence
+        pos = segment_positions(p.mask.segments).astype(dtype)  # (B, L), L = S
+        i, j = pos[:, None, :, None], pos[:, None, None, :]
+    return b, h, i, j
+
+
 def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, Dict[str, Any]]:
     """The score variants on the scaled logits (B, H, L, S), in the spec's order: cap, ALiBi
     and the relative table added, score_mod; each result rounded to the dtype. Also returns
@@ -273,7 +286,7 @@ def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, D
     parts["added"] = tuple(added)
     if p.score_mod is not None:  # in the dtype's storage type: float64, or float32 below it
         parts["modded_from"] = logits
-        logits = r(p.score_mod.fn(logits, *score_mod_indices(logits.shape, ar.acc), np))
+        logits = r(p.score_mod.fn(logits, *score_mod_at(p, logits.shape, ar.acc), np))
     return logits, parts
 
 
@@ -403,7 +416,7 @@ def _through_variants(p: Problem, parts: Dict[str, Any], dl: np.ndarray, u2: flo
     if p.score_mod is not None:  # first order: the modifier's derivative, central difference
         s = np.nan_to_num(parts["modded_from"], nan=0.0, posinf=0.0, neginf=0.0)
         step = 1e-6 * np.maximum(1.0, np.abs(s))
-        index = score_mod_indices(s.shape, np.float64)
+        index = score_mod_at(p, s.shape, np.float64)
         fn = p.score_mod.fn
         slope = (fn(s + step, *index, np) - fn(s - step, *index, np)) / (2 * step)
         dl = np.square(np.nan_to_num(slope)) * dl

@@ -264,13 +264,14 @@ def variant_positions(p: Problem, align: str) -> Tuple[np.ndarray, np.ndarray]:
     return token_positions(align, p.L, p.S, m.query_offset, m.segments)
 
 
-def _positions_at(p: Problem, argument: str) -> None:
+def _positions_at(p: Problem, argument: str, score_mod: bool = False) -> None:
     """Beside ``argument`` (an offset, packed or generation form) ALiBi and the relative
     table read absolute positions (``variant_positions``; a generation problem's chunks are
     rows of one causal problem, at positions 0..L-1): their ``align`` must be top_left (the
-    form places the rows); a score_mod, whose i and j are row and slot indices, is not posed
-    there yet."""
-    _expect(p.score_mod is None, argument,
+    form places the rows). A score_mod is posed where its i and j are defined there
+    (``score_mod``: in a packed batch, each token's position within its own sequence,
+    ``suite.spec.oracle.score_mod_at``); at an offset or a step it is not posed yet."""
+    _expect(score_mod or p.score_mod is None, argument,
             "no score_mod beside it yet (its i, j are row and slot indices, not positions)",
             f"score_mod {getattr(p.score_mod, 'name', p.score_mod)!r} set")
     for name in ("alibi", "rel_bias"):
@@ -309,7 +310,7 @@ def _validate_segments(p: Problem) -> None:
             f"row 0: {seg[0].tolist()}")
     _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
             "no query_offset or steps beside it yet", "decode or steps set")
-    _positions_at(p, "mask.segments")  # positions restart in each sequence
+    _positions_at(p, "mask.segments", score_mod=True)  # positions restart in each sequence
 
 
 def _validate_paging(p: Problem) -> None:

@@ -50,7 +50,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
-from suite.spec.variants import Alibi, RelBias, alibi_slopes
+from suite.spec.variants import SCORE_MODS, Alibi, RelBias, alibi_slopes
 
 FAMILY = "dropout"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -364,6 +364,15 @@ def _rel_t5_encoder(seed, square=None):
     p = dropout_problem(seed, 0.1, Mask(), square=square, input_scale=2.0)
     table = 1.5 * np.random.default_rng(seed + 9).standard_normal((p.H, 16))
     return dataclasses.replace(p, rel_bias=RelBias(table, "t5", True, 8))
+
+
+@case("score_mod_causal", judge=_judge_draws, square=8)
+def _score_mod_causal(seed, square=None):
+    """A score modifier in training mode: dropout 0.1, the suite's distance_wave modifier
+    (every index in play), causal: a training path that leaves the modifier out (the eval
+    path applying it) moves the draws' mean off the oracle's."""
+    p = dropout_problem(seed, 0.1, Mask(causal=True), square=square, input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["distance_wave"])
 
 
 @case("packed_causal_docs", judge=_judge_draws)

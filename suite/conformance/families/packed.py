@@ -12,7 +12,7 @@ and values are a thousand times larger: a leak into the next one is far off), on
 a row (the packed form of plain attention), GQA and MQA, and a sliding window inside each
 sequence; with a score variant (issue 50): Gemma 2's cap (and the packed and padded paths
 agreeing under it), gpt-oss's sinks, ALiBi and T5's encoder table at each pair's distance
-within its sequence.
+within its sequence, and a score modifier reading each token's position in its sequence.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem, seq_lens
-from suite.spec.variants import Alibi, RelBias, alibi_slopes
+from suite.spec.variants import SCORE_MODS, Alibi, RelBias, alibi_slopes
 
 FAMILY = "packed"
 # E = 32 over H = 4 heads: D = 8, the smallest head width SDPA's fused CPU kernels take for
@@ -192,6 +192,15 @@ def _rel_t5_docs(seed):
     p = packed_problem(seed, [[8, 4], [3, 9]])
     table = 1.5 * np.random.default_rng(seed + 2).standard_normal((PH, 16))
     return dataclasses.replace(p, rel_bias=RelBias(table, "t5", True, 8))
+
+
+@case("score_mod_docs")
+def _score_mod_docs(seed):
+    """FlexAttention's document masking with a score_mod: the suite's distance_wave modifier
+    (every index in play) in causal sequences 5+7 and 3+4+5, its i and j each token's
+    position within its own sequence (``suite.spec.oracle.score_mod_at``); inputs x2."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["distance_wave"])
 
 
 @case("softcap_agrees_with_padded", judge=_judge_padded)
