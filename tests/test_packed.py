@@ -193,16 +193,37 @@ def test_a_score_mod_in_a_packed_row_reads_positions_within_its_sequence():
 
 def test_a_packed_path_that_drops_the_score_mod_fails_and_the_references_pass():
     """score_mod_docs: numpy and torch.eager pass; a plugin whose packed path leaves the
-    modifier out (its padded path keeps it) fails it and passes the packed cases without a
-    modifier."""
+    modifier out (its padded path keeps it) fails it (and score_mod_positions_docs) and
+    passes the packed cases without a modifier."""
     from implementations.numpy.mha import NumpyMHA
 
     assert _run(NumpyMHA(), "score_mod_docs", "float32").outcome == "pass"
     bug = planted("score_mod_planted").PackedDropsScoreMod()
     for c in PACKED:
         out = _run(bug, c.name, "float32")
-        assert (out.outcome == "fail") == (c.name == "score_mod_docs"), (c.name, out.reason)
+        assert (out.outcome == "fail") == c.name.startswith("score_mod_"), (c.name, out.reason)
     pytest.importorskip("torch")
     from implementations.torch.eager import TorchEager
 
     assert _run(TorchEager(), "score_mod_docs", "float32").outcome == "pass"
+
+
+def test_a_modifier_read_at_the_packed_rows_indices_fails_only_the_positions_case():
+    """``score_mod_positions_docs`` poses a modifier of positions as they are (position_wave):
+    a path that hands it the packed row's own indices, not each token's position within its
+    sequence, fails it; distance_wave (``score_mod_docs``) cannot tell the two apart. The
+    built-ins pass both."""
+    from implementations.numpy.mha import NumpyMHA
+
+    class RowIndices(NumpyMHA):
+        name = "planted.score_mod_row_indices"
+
+        def modify(self, scores, mod, mask=None):
+            return super().modify(scores, mod)  # the mask's segments never reach it
+
+    assert run_catalog_case(RowIndices(), "packed", "score_mod_positions_docs",
+                            "float32").outcome == "fail"
+    assert run_catalog_case(RowIndices(), "packed", "score_mod_docs", "float32").outcome == "pass"
+    for impl in (NumpyMHA(),):
+        assert run_catalog_case(impl, "packed", "score_mod_positions_docs",
+                                "float32").outcome == "pass"

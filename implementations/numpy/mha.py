@@ -240,7 +240,10 @@ class NumpyMHA(NumpyCore):
             at = self.positions(variants.rel_bias.align, L, S, mask)
             scores = scores + self.relative_bias(variants.rel_bias, *at)  # (B|1, H, L, S)
         if variants.score_mod is not None:
-            scores = self.modify(scores, variants.score_mod)
+            packed = mask is not None and mask.segments is not None  # (an override's
+            # two-argument modify stays valid where nothing is packed)
+            scores = self.modify(scores, variants.score_mod, mask) if packed \
+                else self.modify(scores, variants.score_mod)
         return scores
 
     def cap(self, scores: np.ndarray, cap: float) -> np.ndarray:
@@ -290,12 +293,16 @@ class NumpyMHA(NumpyCore):
             buckets = _t5_bucket(distance, rel.bidirectional, n, rel.max_distance)
         return np.moveaxis(rel.table[:, buckets[:, 0]], 0, 1)  # (B|1, H, L, S)
 
-    def modify(self, scores: np.ndarray, mod: ScoreMod) -> np.ndarray:
-        """The score modifier on (B, H, L, S), its indices as floats of the dtype."""
+    def modify(self, scores: np.ndarray, mod: ScoreMod,
+               mask: Optional[AttendMask] = None) -> np.ndarray:
+        """The score modifier on (B, H, L, S), its indices as floats of the dtype; in a packed
+        batch i and j are each token's position within its own sequence (``positions``)."""
         B, H, L, S = scores.shape
         t = scores.dtype
         b, h = np.arange(B, dtype=t)[:, None, None, None], np.arange(H, dtype=t)[:, None, None]
         i, j = np.arange(L, dtype=t)[:, None], np.arange(S, dtype=t)
+        if mask is not None and mask.segments is not None:
+            i, j = (a.astype(t) for a in self.positions("top_left", L, S, mask))
         return np.asarray(mod.fn(scores, b, h, i, j, np), dtype=t)
 
 

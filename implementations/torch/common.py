@@ -781,7 +781,7 @@ def vary_scores(scores: torch.Tensor, variants: Any, mask: Any = None) -> torch.
     if variants.rel_bias is not None:
         scores = scores + relative_bias(variants.rel_bias, L, S, mask)  # (B|1, H, L, S)
     if variants.score_mod is not None:
-        scores = score_modified(scores, variants.score_mod)
+        scores = score_modified(scores, variants.score_mod, mask)
     return scores
 
 
@@ -869,13 +869,16 @@ def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets:
     return relative_buckets
 
 
-def score_modified(scores: torch.Tensor, mod: Any) -> torch.Tensor:
+def score_modified(scores: torch.Tensor, mod: Any, mask: Any = None) -> torch.Tensor:
     """``mod.fn`` (``suite.spec.variants.ScoreMod``) on (B, H, L, S) torch scores, ``xp = torch``,
-    its indices as floats of the scores' dtype."""
+    its indices as floats of the scores' dtype; in a packed batch (``mask.segments``) i and j
+    are each token's position within its own sequence (``token_positions``)."""
     B, H, L, S = scores.shape
 
     def index(n: int, shape: Tuple[int, ...]) -> torch.Tensor:
         return torch.arange(n, device=scores.device, dtype=scores.dtype).view(shape)
 
-    return mod.fn(scores, index(B, (B, 1, 1, 1)), index(H, (1, H, 1, 1)),
-                  index(L, (1, 1, L, 1)), index(S, (1, 1, 1, S)), torch)
+    i, j = index(L, (1, 1, L, 1)), index(S, (1, 1, 1, S))
+    if mask is not None and getattr(mask, "segments", None) is not None:
+        i, j = token_positions("top_left", L, S, mask, scores.new_zeros(()))
+    return mod.fn(scores, index(B, (B, 1, 1, 1)), index(H, (1, H, 1, 1)), i, j, torch)

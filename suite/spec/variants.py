@@ -233,6 +233,10 @@ def _tanh_gate(score, b, h, i, j, xp):
     return score * (1.0 + 0.5 * xp.tanh((j - i) / 4.0)) + 0.1 * h
 
 
+def _position_wave(score, b, h, i, j, xp):
+    return score + 0.5 * xp.cos(j / 2.0) + 0.05 * i * xp.sin(j / 3.0)
+
+
 # Example modifiers the suite's cases use (and ``mha-suite repro`` finds by name); a plugin
 # declares its own in ``score_mods`` (suite.plugins.interface.Implementation).
 SCORE_MODS: Dict[str, ScoreMod] = {m.name: m for m in (
@@ -241,6 +245,9 @@ SCORE_MODS: Dict[str, ScoreMod] = {m.name: m for m in (
     ScoreMod("tanh_gate", _tanh_gate,
              "score (1 + 0.5 tanh((j - i) / 4)) + 0.1 h: a multiplicative, non-additive "
              "modifier"),
+    ScoreMod("position_wave", _position_wave,
+             "score + 0.5 cos(j / 2) + 0.05 i sin(j / 3): positions read as they are, not as a "
+             "distance (a packed sequence's must restart at 0)"),
 )}
 
 

@@ -203,6 +203,16 @@ def _score_mod_docs(seed):
     return dataclasses.replace(p, score_mod=SCORE_MODS["distance_wave"])
 
 
+@case("score_mod_positions_docs")
+def _score_mod_positions_docs(seed):
+    """A score_mod that reads positions as they are (the suite's position_wave), not their
+    distance: in causal sequences 5+7 and 3+4+5 its i and j must be each token's position
+    within its own sequence, so a path that hands it the packed row's indices moves every
+    later sequence (distance_wave cannot tell: i - j is the same either way)."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])
+
+
 @case("softcap_agrees_with_padded", judge=_judge_padded)
 def _softcap_agrees_with_padded(seed):
     """``agrees_with_padded`` with Gemma 2's cap (4, inputs x3): a module whose packed path
