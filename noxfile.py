@@ -330,6 +330,10 @@ COMPAT_FRAMEWORKS = {
     # 2025.4.1 is the middle of 2025.0..2026.4.
     "openvino": CompatFramework("openvino", "openvino", ("openvino.*",), ("2025.4.1",),
                                 torch=True),
+    # executorch >= 1.4: the first whose runtime loads beside torch 2.13 (1.1 to 1.3 install but
+    # their pybindings miss a c10 symbol); 1.5.0 the middle of 1.4.0..1.5.1.
+    "executorch": CompatFramework("executorch", "executorch", ("export.executorch*",), ("1.5.0",),
+                                  torch=True),
 }
 # flax 0.12.8 (its declared minimum) requires jax >= 0.10.0 (its own metadata).
 FLAX_MIN_JAX = "0.10.0"

@@ -56,7 +56,8 @@ def _within(version: str, specs: List[str]) -> bool:
 
 FRAMEWORKS = {"jax": ("jax", "jax"), "hf": ("hf", "transformers"), "keras": ("keras", "keras"),
               "flax": ("flax", "flax"), "onnxruntime": ("onnx", "onnxruntime"),
-              "onnx": ("onnx", "onnx"), "openvino": ("openvino", "openvino")}
+              "onnx": ("onnx", "onnx"), "openvino": ("openvino", "openvino"),
+              "executorch": ("executorch", "executorch")}
 
 
 def test_the_matrix_holds_minimum_middle_and_newest_of_every_framework(noxfile):
@@ -72,7 +73,8 @@ def test_the_matrix_holds_minimum_middle_and_newest_of_every_framework(noxfile):
         for v in middle:  # strictly inside the declared range
             assert _within(v, specs) and _release(v) > _release(minimum), (framework, v)
         assert len(set(versions)) == len(versions), framework
-        if framework in ("jax", "hf", "onnxruntime", "onnx", "openvino"):  # many releases: a middle one
+        # many releases: a middle one
+        if framework in ("jax", "hf", "onnxruntime", "onnx", "openvino", "executorch"):
             assert middle, framework
     # 5.3.0 is the last transformers before GPT2Attention kept a `scaling` attribute
     assert ("hf", "5.3.0") in matrix
@@ -119,6 +121,7 @@ def _checks(session: FakeSession) -> List[tuple]:
     ("keras", "newest", "keras-3.15.1", ["keras-3.15.1/conformance-torch.json",
                                          "keras-3.15.1/conformance-jax.json"]),
     ("flax", "0.12.8", "flax-0.12.8-jax-0.10.0", ["flax-0.12.8-jax-0.10.0/conformance.json"]),
+    ("executorch", "1.4", "executorch-1.4.0", ["executorch-1.4.0/conformance.json"]),
 ])
 def test_each_session_writes_its_own_results_file(noxfile, tmp_path, framework, version,
                                                   installed, files):
@@ -138,6 +141,8 @@ def test_each_session_writes_its_own_results_file(noxfile, tmp_path, framework, 
             assert ("--impl", glob) in zip(args, args[1:])
     if framework == "keras":
         assert [env["KERAS_BACKEND"] for _, env in checks] == ["torch", "jax"]
+    if framework == "executorch":  # the export path runs on torch: the CPU wheel beside it
+        assert "torch" in install and ".[executorch]" in install
 
 
 def test_every_compat_known_failure_says_where_it_holds():
