@@ -279,3 +279,18 @@ def test_the_executorch_module_imports_first_in_a_fresh_process():
                           cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["export.executorch[torch.nn]", "export.executorch[torch.sdpa]"]
+
+
+def test_a_runtime_outside_the_declared_range_makes_it_unavailable(monkeypatch):
+    """executorch 1.1-1.3 install beside torch 2.13 and import, then fail in every case: a
+    release outside the extra's range is unavailable, in one line naming the range."""
+    from suite.plugins import registry
+
+    def outside(module):
+        return "onnxruntime 1.0.0 is installed; mha-suite declares onnxruntime>=1.23" \
+            if module == "onnxruntime" else None
+
+    monkeypatch.setattr(registry, "outside_declared_range", outside)
+    with pytest.raises(Unavailable, match="declares onnxruntime>=1.23") as info:
+        exported(TorchSDPA, "torchscript")()
+    assert "\n" not in str(info.value)

@@ -100,19 +100,27 @@ class RuntimeFailure(RuntimeError):
 
 def requirements(exporter: str) -> None:
     """``Unavailable`` (one line) when a package the exporter or the runtime needs is
-    missing: onnx and onnxruntime, and onnxscript for the dynamo exporter."""
+    missing (onnx and onnxruntime, and onnxscript for the dynamo exporter; executorch) or
+    installed outside the range mha-suite's extras declare for it."""
     needs = {"dynamo": ["onnx", "onnxruntime", "onnxscript"],
              "torchscript": ["onnx", "onnxruntime"],
              "executorch": ["executorch"]}[exporter]
     hint = {"dynamo": "pip install 'mha-suite[export]'",
             "torchscript": "pip install 'mha-suite[onnx]'",
-            "executorch": "pip install executorch"}[exporter]
+            "executorch": "pip install 'mha-suite[executorch]'"}[exporter]
+    from suite.plugins.registry import outside_declared_range
+
     for module in needs:
         try:
             importlib.import_module(module)
         except ImportError:
             raise Unavailable(f"{module} is not installed ({PREFIXES[exporter]} needs it: "
                               f"{hint})") from None
+        # a release outside the extra's range (executorch 1.1-1.3 import beside torch 2.13
+        # and fail in every case): unavailable with the range, not errors read as findings
+        outside = outside_declared_range(module)
+        if outside:
+            raise Unavailable(f"{PREFIXES[exporter]}: {outside}")
 
 
 # --- the state as graph inputs ------------------------------------------------------------
