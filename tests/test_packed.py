@@ -27,15 +27,21 @@ def _alone(p: Problem, b: int, start: int, end: int) -> Problem:
 def test_each_sequence_is_its_own_attention(case):
     """The oracle of a packed row, sequence by sequence, is the attention of that sequence
     alone: the canonical mask cuts at every boundary and nowhere else."""
-    p = case.problem()
+    _each_sequence_alone(case.problem(), case.name)
+
+
+def _each_sequence_alone(p: Problem, label: str) -> np.ndarray:
+    """Assert that the oracle's packed rows are, sequence by sequence, the attention of that
+    sequence alone; the packed output."""
     out = oracle(p)[0]
     for b, lens in enumerate(seq_lens(p.mask.segments)):
         start = 0
         for n in lens:
             alone = oracle(_alone(p, b, start, start + n))[0]
             np.testing.assert_allclose(out[b, start:start + n], alone[0], rtol=1e-12,
-                                       atol=1e-12, err_msg=f"{case.name} row {b} at {start}")
+                                       atol=1e-12, err_msg=f"{label} row {b} at {start}")
             start += n
+    return out
 
 
 def test_a_leak_into_the_loud_neighbour_is_far_off():
@@ -175,14 +181,7 @@ def test_a_score_mod_in_a_packed_row_reads_positions_within_its_sequence():
     modifier of absolute positions; the row and slot indices of the row would give another
     answer (so this test can tell the two readings apart)."""
     p = _at_positions()
-    out = oracle(p)[0]
-    for b, lens in enumerate(seq_lens(p.mask.segments)):
-        start = 0
-        for n in lens:
-            alone = oracle(_alone(p, b, start, start + n))[0]
-            np.testing.assert_allclose(out[b, start:start + n], alone[0], rtol=1e-12,
-                                       atol=1e-12, err_msg=f"row {b} at {start}")
-            start += n
+    out = _each_sequence_alone(p, "position modifier")
     seg = p.mask.segments
     same = (seg[:, :, None] == seg[:, None, :])[:, None]  # (B, 1, L, L) the sequences' blocks
     by_index = oracle(dataclasses.replace(p, mask=Mask(causal=True, allowed=same)))[0]
