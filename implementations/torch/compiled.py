@@ -374,20 +374,18 @@ def _variant_mods(variants: Any, L: int, S: int, mask: Any = None) -> List[Any]:
         steps.append(positioned)
     if variants.score_mod is not None:
         fn = variants.score_mod.fn
+        # packed: a token's position within its own document, read through the flat (B * L,)
+        # index as the bias above
+        pos = None
         if mask is not None and getattr(mask, "segments", None) is not None:
-            # a packed token's position within its own document, read through the flat
-            # (B * L,) index as the bias above
             pos = token_positions("top_left", L, S, mask,
                                   torch.zeros((), dtype=torch.long))[0].reshape(-1)
 
-            def modified(score, b, h, q_idx, kv_idx):
-                f = score.dtype
-                return fn(score, b.to(f), h.to(f), pos[b * L + q_idx].to(f),
-                          pos[b * L + kv_idx].to(f), torch)
-        else:
-            def modified(score, b, h, q_idx, kv_idx):
-                f = score.dtype
-                return fn(score, b.to(f), h.to(f), q_idx.to(f), kv_idx.to(f), torch)
+        def modified(score, b, h, q_idx, kv_idx):
+            f = score.dtype
+            if pos is not None:
+                q_idx, kv_idx = pos[b * L + q_idx], pos[b * L + kv_idx]
+            return fn(score, b.to(f), h.to(f), q_idx.to(f), kv_idx.to(f), torch)
 
         steps.append(modified)
     return steps
