@@ -307,3 +307,21 @@ def test_a_graph_openvino_cannot_read_is_unsupported_in_its_words():
         assert "No conversion rule" in out.reason and "TensorScatter" in out.reason
     else:
         assert out.outcome == "pass", (out.outcome, out.reason)
+
+
+def test_usage_events_are_declined_inside_the_block_and_the_environment_restored(monkeypatch):
+    """OpenVINO's converter skips its usage events (sent from a forked process) where ``CI``
+    is "true": inside the block it is, outside it is what the user had."""
+    import os
+
+    from suite.plugins.adapters.runtimes import no_usage_events
+
+    for before in (None, "false", "true"):
+        if before is None:
+            monkeypatch.delenv("CI", raising=False)
+        else:
+            monkeypatch.setenv("CI", before)
+        with no_usage_events():
+            assert os.environ["CI"] == "true"
+        assert os.environ.get("CI") == before
+

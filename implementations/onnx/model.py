@@ -228,8 +228,10 @@ class OnnxModelCore(Implementation):
             sess = ort.InferenceSession(model.SerializeToString(), options,
                                         providers=["CPUExecutionProvider"])
             return lambda feeds: sess.run([self.out_name], feeds)[0]
-        import openvino as ov
+        from suite.plugins.adapters.runtimes import no_usage_events
 
+        with no_usage_events():  # its import sends one from a forked process
+            import openvino as ov
         with tempfile.TemporaryDirectory() as tmp:  # the ONNX reader takes a file
             path = Path(tmp) / "model.onnx"
             path.write_bytes(model.SerializeToString())

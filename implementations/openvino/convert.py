@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from implementations.openvino.sdpa import VERSIONS, OpenVINORuntime
+from suite.plugins.adapters.runtimes import no_usage_events
 from suite.plugins.conditions import Where
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Unavailable, Unsupported
@@ -85,7 +86,7 @@ class ConvertedTorch(OpenVINORuntime):
             return torch.tensor(np.ascontiguousarray(a)).to(t)
 
         example = [put(p.query), put(p.key), put(p.value)] + [field(mask, n) for n in names]
-        with torch.no_grad():
+        with torch.no_grad(), no_usage_events():
             model = self.ov.convert_model(wrapper.eval(), example_input=tuple(example))
         state = {"p": p, **self.compile(model, device, dtype)}
         n_inputs = len(state["compiled"].inputs)

@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from suite.plugins.adapters import form_mask, form_parts, requested_form, split_mask
+from suite.plugins.adapters.runtimes import no_usage_events
 from suite.plugins.conditions import Where
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Implementation, Result, Unavailable, Unsupported
@@ -79,7 +80,8 @@ SDPA_FORMS = frozenset({f"{kind}_{shape}" for kind in ("bool", "float")
 def import_openvino() -> Any:
     """The ``openvino`` module, or ``Unavailable`` in one line."""
     try:
-        import openvino
+        with no_usage_events():
+            import openvino
     except ImportError as exc:
         raise Unavailable(f"openvino is not installed ({exc}); pip install "
                           f"'mha-suite[openvino]'") from None
