@@ -324,4 +324,3 @@ def test_usage_events_are_declined_inside_the_block_and_the_environment_restored
         with no_usage_events():
             assert os.environ["CI"] == "true"
         assert os.environ.get("CI") == before
-
