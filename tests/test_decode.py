@@ -76,15 +76,16 @@ def test_the_offsets_round_trip_through_a_reproducer(tmp_path):
 def test_the_reference_passes_every_decode_case():
     outcomes = {n: _run(NumpyMHA(), n).outcome for n in NAMES}
     assert set(outcomes.values()) == {"pass"}, outcomes
-    assert len(NAMES) == 16
+    assert len(NAMES) == 17
 
 
 # Which cases each planted decoder fails (run on float32): a row of one step (lengths bound it,
 # lengths = offset + 1) cannot show a late or end-aligned offset; several rows, the offsets
 # alone, a window and a chunk do; and so does one row whose ALiBi or relative table reads its
-# (moved) position.
+# (moved) position, and so do the rows whose score modifier reads it.
 MOVED = {"few_rows", "offsets_alone", "window_in_cache", "mqa", "prefill_chunk",
-         "softcap_window", "sinks_window", "value_width_mqa", "alibi_few_rows", "rel_t5_one_row"}
+         "softcap_window", "sinks_window", "value_width_mqa", "alibi_few_rows", "rel_t5_one_row",
+         "score_mod_at_offset"}
 PLANTED = {
     planted.DecodesAtZero: set(NAMES),
     planted.DecodesOneLate: MOVED,

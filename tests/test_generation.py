@@ -15,9 +15,11 @@ from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
          "window_in_cache", "gqa_cache", "agrees_with_prefill")
-# with a score variant (issue 50): Gemma 2's cap, gpt-oss's sinks beside its window
+# with a score variant (issue 50): Gemma 2's cap, gpt-oss's sinks beside its window, ALiBi,
+# a score modifier of positions
 VARIANT_NAMES = ("softcap_steps", "sinks_window_steps", "softcap_agrees_with_prefill",
-                 "alibi_steps", "alibi_key_steps")
+                 "alibi_steps", "alibi_key_steps", "score_mod_steps",
+                 "score_mod_agrees_with_prefill")
 
 
 def _run(impl, name: str, dtype: str = "float64") -> Outcome:

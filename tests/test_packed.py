@@ -192,8 +192,8 @@ def test_a_score_mod_in_a_packed_row_reads_positions_within_its_sequence():
 
 def test_a_packed_path_that_drops_the_score_mod_fails_and_the_references_pass():
     """score_mod_docs: numpy and torch.eager pass; a plugin whose packed path leaves the
-    modifier out (its padded path keeps it) fails it (and score_mod_positions_docs) and
-    passes the packed cases without a modifier."""
+    modifier out (its padded path keeps it) fails it (and score_mod_positions_docs,
+    score_mod_agrees_with_padded) and passes the packed cases without a modifier."""
     from implementations.numpy.mha import NumpyMHA
 
     assert _run(NumpyMHA(), "score_mod_docs", "float32").outcome == "pass"

@@ -1,8 +1,8 @@
-"""Score variants in the inference forms (issue 50): the decode, paged and packed cases that
-carry a cap, sinks, ALiBi, a relative table or a value width; planted plugins right in prefill
-and wrong in one form for one variant fail exactly the new cases of that form and pass the
-old ones (the variants family's prefill cases and the form's cases without the variant),
-on NumPy and on torch."""
+"""Score variants in the inference forms (issue 50): the decode, paged, packed and generation
+cases that carry a cap, sinks, ALiBi, a relative table, a score modifier or a value width;
+planted plugins right in prefill and wrong in one form for one variant fail exactly the new
+cases of that form and pass the old ones (the variants family's prefill cases and the form's
+cases without the variant), on NumPy and on torch."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tests.conftest import PLUGINS
 sys.path.insert(0, str(PLUGINS))
 import decode_planted  # noqa: E402  (tests/plugins, as --plugin loads it)
 import packed_planted  # noqa: E402
+import score_mod_planted  # noqa: E402
 
 from implementations.numpy.mha import NumpyMHA  # noqa: E402
 
@@ -35,28 +36,37 @@ def _names(family: str):
 PREFILL = {"softcap": ["softcap_valid_lens", "softcap_self_causal_padding", "combined"],
            "sinks": ["sinks_self_causal_padding", "sinks_fully_masked"],
            "alibi": ["alibi_distance_bottom_right", "alibi_key_self_causal_padding",
-                     "rel_clip_bottom_right", "rel_t5_causal_decoder"]}
+                     "rel_clip_bottom_right", "rel_t5_causal_decoder"],
+           "score_mod": ["score_mod_distance_wave", "score_mod_tanh_gate"]}
 
 NUMPY = {  # plugin: (the variant's prefill cases, {family: the cases it must fail})
     decode_planted.DecodeDropsCap: ("softcap", {
         "decode": {"softcap_one_row", "softcap_window"}, "paged": {"softcap_one_row"}}),
     decode_planted.DecodeDropsSink: ("sinks", {
         "decode": {"sinks_window"}, "paged": {"sinks_gqa", "sinks_window"}}),
+    # (the score modifier's i is the same position: from row 0 too)
     decode_planted.AlibiAtZero: ("alibi", {
-        "decode": {"alibi_few_rows", "rel_t5_one_row"}, "paged": {"alibi_rows_at_offsets"}}),
+        "decode": {"alibi_few_rows", "rel_t5_one_row", "score_mod_at_offset"},
+        "paged": {"alibi_rows_at_offsets"}}),
     packed_planted.PackedDropsCap: ("softcap", {
         "packed": {"softcap_causal_docs", "softcap_agrees_with_padded"}}),
+    score_mod_planted.ScoreModAtRowIndices: ("score_mod", {
+        "decode": {"score_mod_at_offset"},
+        "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}}),
 }
+# The families each planted plugin runs: generation where a score modifier is at stake.
+FORMS = ("decode", "paged", "packed")
+SCORE_MOD_FORMS = FORMS + ("generation",)
 
 
 def test_the_reference_passes_every_new_case():
-    for family in ("decode", "paged", "packed"):
+    for family in SCORE_MOD_FORMS:
         outcomes = {n: _run(NumpyMHA(), family, n) for n in _names(family)}
         assert {o.outcome for o in outcomes.values()} == {"pass"}, \
             {n: o.reason for n, o in outcomes.items() if o.outcome != "pass"}
 
 
-def _fails_only(plugin, variant, expected, families=("decode", "paged", "packed")):
+def _fails_only(plugin, variant, expected, families=FORMS):
     for name in PREFILL[variant]:  # right in prefill
         out = _run(plugin(), "variants", name)
         assert out.outcome == "pass", (name, out.reason)
@@ -72,7 +82,7 @@ def _fails_only(plugin, variant, expected, families=("decode", "paged", "packed"
 def test_a_plugin_wrong_in_one_form_fails_the_new_cases_and_passes_the_old(plugin):
     """Before these cases every one of them passed every case of the suite."""
     variant, expected = NUMPY[plugin]
-    _fails_only(plugin, variant, expected)
+    _fails_only(plugin, variant, expected, SCORE_MOD_FORMS if variant == "score_mod" else FORMS)
 
 
 def test_torch_planted_decoders_fail_the_new_decode_cases_only():
@@ -82,7 +92,12 @@ def test_torch_planted_decoders_fail_the_new_decode_cases_only():
     _fails_only(torch_planted.TorchDecodeDropsCap, "softcap",
                 {"decode": {"softcap_one_row", "softcap_window"}}, ("decode",))
     _fails_only(torch_planted.TorchAlibiAtZero, "alibi",
-                {"decode": {"alibi_few_rows", "rel_t5_one_row"}}, ("decode",))
+                {"decode": {"alibi_few_rows", "rel_t5_one_row", "score_mod_at_offset"}},
+                ("decode",))
+    _fails_only(torch_planted.TorchScoreModAtRowIndices, "score_mod",
+                {"decode": {"score_mod_at_offset"},
+                 "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}},
+                ("decode", "generation"))
 
 
 def test_a_packed_path_without_the_cap_disagrees_with_its_own_padded_path():
@@ -104,7 +119,60 @@ def test_torch_flex_reads_each_batch_s_offset_in_its_score_mod(monkeypatch):
     assert _run(tc.TorchFlexEager(), "decode", "alibi_few_rows").outcome == "pass"
     right = tc._variant_mods
     monkeypatch.setattr(tc, "_variant_mods",
-                        lambda variants, L, S, mask=None: right(variants, L, S, None))
+                        lambda variants, L, S, mask=None, **kw: right(variants, L, S, None, **kw))
     out = _run(tc.TorchFlexEager(), "decode", "alibi_few_rows")
     assert out.outcome == "fail", out.reason
     assert _run(tc.TorchFlexEager(), "decode", "softcap_one_row").outcome == "pass"
+
+
+def test_a_score_mod_at_an_offset_or_a_step_fails_where_it_reads_the_row_index():
+    """The planted modifier at the rows' indices (the offset forgotten) fails the decode
+    case at its offsets and the generation case from its first step after the prefill (the
+    prefill's rows are at their positions); each disagreement names where."""
+    bug = score_mod_planted.ScoreModAtRowIndices()
+    out = _run(bug, "decode", "score_mod_at_offset")
+    assert out.outcome == "fail", out.reason
+    out = _run(bug, "generation", "score_mod_steps")
+    assert out.outcome == "fail" and "first wrong at step 2 of 5" in out.reason, out.reason
+    out = _run(bug, "generation", "score_mod_agrees_with_prefill")
+    assert out.outcome == "fail" and out.reason.startswith(
+        "decode steps vs the module's own prefill"), out.reason
+
+
+def test_a_packed_path_at_the_row_s_indices_disagrees_with_its_padded_path():
+    """score_mod_agrees_with_padded: a packed path that hands the modifier the packed row's
+    indices (a padded row's start at 0) disagrees with its own padded path; numpy passes."""
+    class RowIndices(NumpyMHA):
+        name = "planted.score_mod_packed_row_indices"
+
+        def modify(self, scores, mod, mask=None):
+            return super().modify(scores, mod)  # the segments never reach it
+
+    assert _run(NumpyMHA(), "packed", "score_mod_agrees_with_padded").outcome == "pass"
+    out = _run(RowIndices(), "packed", "score_mod_agrees_with_padded")
+    assert out.outcome == "fail" and out.reason.startswith("packed vs padded"), out.reason
+
+
+def test_torch_flex_maps_its_q_idx_through_the_offsets_for_a_score_mod(monkeypatch):
+    """torch.flex's score_mod reads q_idx, the row within the query tensor: at a decode
+    offset and at a generation step it maps it through the rows' absolute positions (as for
+    a packed batch); the same translation given no positions (q_idx as it comes) fails the
+    decode case. torch.eager and the uncompiled FlexAttention pass the decode and generation
+    cases; compiled FlexAttention the decode one (one compile)."""
+    pytest.importorskip("torch")
+    from implementations.torch import compiled as tc
+    from implementations.torch.eager import TorchEager
+
+    assert _run(tc.TorchFlex(), "decode", "score_mod_at_offset").outcome == "pass"
+    for impl in (TorchEager(), tc.TorchFlexEager()):
+        for family, name in (("decode", "score_mod_at_offset"), ("generation", "score_mod_steps"),
+                             ("generation", "score_mod_agrees_with_prefill"),
+                             ("packed", "score_mod_agrees_with_padded")):
+            out = _run(impl, family, name)
+            assert out.outcome == "pass", (impl.name, name, out.reason)
+    right = tc._variant_mods
+    monkeypatch.setattr(tc, "_variant_mods",
+                        lambda variants, L, S, mask=None, **kw: right(variants, L, S, None, **kw))
+    out = _run(tc.TorchFlexEager(), "decode", "score_mod_at_offset")
+    assert out.outcome == "fail", out.reason
+

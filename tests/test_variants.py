@@ -175,9 +175,9 @@ def _direct(p: Problem) -> np.ndarray:
                     if p.rel_bias is not None:
                         d = kpos(b, j) - qpos(b, i, p.rel_bias.align)
                         s += p.rel_bias.table[h, bucket(p.rel_bias, d)]
-                    if p.score_mod is not None:  # i, j: positions in a packed sequence
-                        at = (qpos(b, i, "top_left"), kpos(b, j)) if seg is not None else (i, j)
-                        s = float(p.score_mod.fn(s, b, h, *at, math))
+                    if p.score_mod is not None:  # i, j: at the offset, in a sequence
+                        s = float(p.score_mod.fn(s, b, h, qpos(b, i, "top_left"), kpos(b, j),
+                                                 math))
                     logits.append(s if allowed[b, h, i, j] else -math.inf)
                 if p.sinks is not None:
                     logits.append(p.sinks[h])
@@ -247,19 +247,54 @@ def test_packed_positions_restart_in_each_sequence():
 
 def test_position_variants_beside_the_forms_are_posed_and_checked():
     """ALiBi and a table beside an offset, segments or steps validate (top_left: the form
-    places the rows); bottom_right there is refused by name, and so is a score_mod beside an
-    offset or steps (beside segments it is posed: its i and j are positions in a sequence)."""
+    places the rows); bottom_right there is refused by name. A score_mod is posed beside
+    each: its i and j are the same absolute positions (at the offset, in a sequence, at a
+    step's place in the whole sequence)."""
     p = catalog.get("decode", "alibi_few_rows").problem()
     with pytest.raises(InputError, match="alibi.align"):
         dataclasses.replace(p, alibi=dataclasses.replace(p.alibi, align="bottom_right")
                             ).validate()
-    with pytest.raises(InputError, match="mask.query_offset: expected no score_mod"):
-        dataclasses.replace(p, alibi=None, score_mod=SCORE_MODS["tanh_gate"]).validate()
+    dataclasses.replace(p, alibi=None, score_mod=SCORE_MODS["tanh_gate"]).validate()
     q = catalog.get("packed", "alibi_docs").problem()
     dataclasses.replace(q, score_mod=SCORE_MODS["tanh_gate"]).validate()
     g = catalog.get("generation", "alibi_steps").problem()
-    with pytest.raises(InputError, match="steps: expected no score_mod"):
-        dataclasses.replace(g, score_mod=SCORE_MODS["tanh_gate"]).validate()
+    dataclasses.replace(g, score_mod=SCORE_MODS["tanh_gate"]).validate()
+
+
+def test_a_score_mod_at_an_offset_reads_each_row_s_absolute_position_by_hand():
+    """score_mod_at at per-batch offsets 5 and 1 of a 7-slot cache: i is offset[b] + row,
+    (B, 1, L, 1), j the key's cache slot (1, 1, 1, S); without an offset (a generation
+    problem: one causal problem whose chunks are its rows) i and j are the row and key
+    indices."""
+    p = make_problem(3, 2, 2, 7, 16, 4, mask=Mask(causal=True, query_offset=np.array([5, 1])))
+    p = dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"]).validate()
+    b, h, i, j = oracle.score_mod_at(p, (2, 4, 2, 7), np.float64)
+    assert b.ravel().tolist() == [0, 1] and h.ravel().tolist() == [0, 1, 2, 3]
+    assert i.shape == (2, 1, 2, 1) and i[:, 0, :, 0].tolist() == [[5, 6], [1, 2]]
+    assert j.shape == (1, 1, 1, 7) and j.ravel().tolist() == list(range(7))
+    g = catalog.get("generation", "score_mod_steps").problem()
+    _, _, i, j = oracle.score_mod_at(g, (g.B, g.H, g.L, g.S), np.float32)
+    assert i.dtype == np.float32 and i.ravel().tolist() == list(range(g.L))
+    assert j.ravel().tolist() == list(range(g.S))
+
+
+def test_a_decode_row_with_a_score_mod_is_that_row_of_the_whole_causal_problem():
+    """One decode step of a sequence, with a modifier of positions as they are
+    (position_wave), is that sequence's row of the whole causal problem with it (what a
+    generating model's cache must reproduce), by the oracle; the modifier handed the row's
+    index (0) instead of its position gives another answer, so the check tells them apart."""
+    full = make_problem(7, 1, 9, 9, 16, 4, self_attention=True, mask=Mask(causal=True))
+    wave = SCORE_MODS["position_wave"]
+    full = dataclasses.replace(full, score_mod=wave)
+    want = oracle.oracle(full)[0]
+    for t in (0, 4, 8):
+        step = dataclasses.replace(full, query=full.query[:, t:t + 1], mask=Mask(
+            causal=True, query_offset=np.array([t]))).validate()
+        np.testing.assert_allclose(oracle.oracle(step)[0], want[:, t:t + 1], rtol=0,
+                                   atol=1e-12)
+    at_row = dataclasses.replace(step, score_mod=ScoreMod(
+        "at_row", lambda s, b, h, i, j, xp: wave.fn(s, b, h, i - 8, j, xp)))
+    assert np.abs(oracle.oracle(at_row)[0] - want[:, 8:9]).max() > 1e-2
 
 
 def test_an_infinite_score_under_a_cap_is_finite():
@@ -429,13 +464,13 @@ def test_flex_attention_computes_variants_in_its_score_mod_and_a_wrong_one_fails
 
     from implementations.torch import compiled as torch_compiled
 
-    def wrong(variants, L, S, mask=None):
+    def wrong(variants, L, S, mask=None, **kw):
         if bug == "drops the cap":
             variants = dc.replace(variants, softcap=None)
         else:
             variants = dc.replace(variants, alibi=dc.replace(
                 variants.alibi, slopes=variants.alibi.slopes.flip(0)))
-        return right(variants, L, S, mask)
+        return right(variants, L, S, mask, **kw)
 
     right = torch_compiled._variant_mods
     monkeypatch.setattr(torch_compiled, "_variant_mods", wrong)

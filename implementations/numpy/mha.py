@@ -107,10 +107,12 @@ class NumpyCore(Implementation):
                                                 self.cache_write):
             rows = np.full(bias.shape[:2] + (end - start, kc.shape[2]), -np.inf, bias.dtype)
             rows[..., :end] = bias[:, :, start:end, :end]  # slots past the sequence: masked
-            # the chunk's rows sit at positions start.. (ALiBi and the table read them)
-            v = mask.variants
-            at = np.full(q.shape[0], start) if v is not None and (
-                v.alibi is not None or v.rel_bias is not None) else None
+            # the chunk's rows sit at positions start.. (ALiBi, the table and a score_mod
+            # read them)
+            var = mask.variants
+            at = np.full(q.shape[0], start) if var is not None and (
+                var.alibi is not None or var.rel_bias is not None
+                or var.score_mod is not None) else None
             h, _ = self.attend(q[:, :, start:end], kc, vc,
                                mask.replace(bias=rows, query_offset=at), scale, False)
             heads.append(h)
@@ -240,9 +242,10 @@ class NumpyMHA(NumpyCore):
             at = self.positions(variants.rel_bias.align, L, S, mask)
             scores = scores + self.relative_bias(variants.rel_bias, *at)  # (B|1, H, L, S)
         if variants.score_mod is not None:
-            packed = mask is not None and mask.segments is not None  # (an override's
-            # two-argument modify stays valid where nothing is packed)
-            scores = self.modify(scores, variants.score_mod, mask) if packed \
+            placed = mask is not None and (mask.segments is not None
+                                           or mask.query_offset is not None)  # (an
+            # override's two-argument modify stays valid where no form places the rows)
+            scores = self.modify(scores, variants.score_mod, mask) if placed \
                 else self.modify(scores, variants.score_mod)
         return scores
 
@@ -295,13 +298,15 @@ class NumpyMHA(NumpyCore):
 
     def modify(self, scores: np.ndarray, mod: ScoreMod,
                mask: Optional[AttendMask] = None) -> np.ndarray:
-        """The score modifier on (B, H, L, S), its indices as floats of the dtype; in a packed
-        batch i and j are each token's position within its own sequence (``positions``)."""
+        """The score modifier on (B, H, L, S), its indices as floats of the dtype; i and j
+        are the rows' and keys' absolute positions (``positions``): a decode row at its
+        batch's offset (keys at their cache slots), a packed token within its own
+        sequence."""
         B, H, L, S = scores.shape
         t = scores.dtype
         b, h = np.arange(B, dtype=t)[:, None, None, None], np.arange(H, dtype=t)[:, None, None]
         i, j = np.arange(L, dtype=t)[:, None], np.arange(S, dtype=t)
-        if mask is not None and mask.segments is not None:
+        if mask is not None and (mask.segments is not None or mask.query_offset is not None):
             i, j = (a.astype(t) for a in self.positions("top_left", L, S, mask))
         return np.asarray(mod.fn(scores, b, h, i, j, np), dtype=t)
 

@@ -278,9 +278,11 @@ class TorchCore(Implementation):
             bias[..., :end] = mask.bias[:, :, start:end, :end]
             rows = mask.replace(bias=bias, allowed=allowed, causal_only=False,
                                 dead_keys=~allowed.any(dim=-2).unsqueeze(-1))
-            if mask.variants is not None and (mask.variants.alibi is not None
-                                              or mask.variants.rel_bias is not None):
-                # the chunk's rows sit at positions start.. (ALiBi and the table read them)
+            var = mask.variants
+            if var is not None and (var.alibi is not None or var.rel_bias is not None
+                                    or var.score_mod is not None):
+                # the chunk's rows sit at positions start.. (ALiBi, the table and a
+                # score_mod read them)
                 rows = rows.replace(query_offset=np.full(q.shape[0], start))
             h, _ = self.attend(q[:, :, start:end], kc, vc, rows, p.effective_scale, False)
             heads.append(h)
@@ -871,14 +873,14 @@ def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets:
 
 def score_modified(scores: torch.Tensor, mod: Any, mask: Any = None) -> torch.Tensor:
     """``mod.fn`` (``suite.spec.variants.ScoreMod``) on (B, H, L, S) torch scores, ``xp = torch``,
-    its indices as floats of the scores' dtype; in a packed batch (``mask.segments``) i and j
-    are each token's position within its own sequence (``token_positions``)."""
+    its indices as floats of the scores' dtype; i and j are the rows' and keys' absolute
+    positions (``token_positions``, top-left): a decode row at its batch's offset
+    (``mask.query_offset``; keys at their cache slots), a packed token within its own
+    sequence (``mask.segments``), else row i and key j."""
     B, H, L, S = scores.shape
 
     def index(n: int, shape: Tuple[int, ...]) -> torch.Tensor:
         return torch.arange(n, device=scores.device, dtype=scores.dtype).view(shape)
 
-    i, j = index(L, (1, 1, L, 1)), index(S, (1, 1, 1, S))
-    if mask is not None and getattr(mask, "segments", None) is not None:
-        i, j = token_positions("top_left", L, S, mask, scores.new_zeros(()))
+    i, j = token_positions("top_left", L, S, mask, scores.new_zeros(()))
     return mod.fn(scores, index(B, (B, 1, 1, 1)), index(H, (1, H, 1, 1)), i, j, torch)

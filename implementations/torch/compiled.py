@@ -260,7 +260,7 @@ class TorchFlex(CompiledPerShape, TorchCore):
     def attend(self, q, k, v, mask: AttendMask, scale: float, need_weights: bool):
         kw: Dict[str, Any] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
         # The score_mod's steps in the spec's order: the variants, then the mask.
-        steps = _variant_mods(mask.variants, q.shape[2], k.shape[2], mask)
+        steps = _variant_mods(mask.variants, q.shape[2], k.shape[2], mask, device=q.device)
         if mask.form_name:  # a window form: its mask_mod, FlexAttention's own block mask
             kw["block_mask"] = _form_block_mask(mask, q.shape[0], q.shape[2], k.shape[2],
                                                 q.device)
@@ -341,13 +341,15 @@ class TorchFlexEager(TorchFlex):
         return self
 
 
-def _variant_mods(variants: Any, L: int, S: int, mask: Any = None) -> List[Any]:
+def _variant_mods(variants: Any, L: int, S: int, mask: Any = None,
+                  device: Any = None) -> List[Any]:
     """The problem's score variants as FlexAttention score_mod steps, as its users write
     them: the cap as ``cap * tanh(score / cap)``, ALiBi and a relative table as a bias
     (B|1, H, L, S) read through one flat index (a by-head index does not compile on the
     CPU), at the rows' absolute positions (``mask``: a decode row at its batch's offset, a
     packed token within its own document), a score_mod called with FlexAttention's own
-    (b, h, q_idx, kv_idx) as floats."""
+    (b, h) and those positions as floats (q_idx and kv_idx mapped through position tables on
+    ``device`` where a form places the rows)."""
     if variants is None:
         return []
     steps: List[Any] = []
@@ -374,17 +376,24 @@ def _variant_mods(variants: Any, L: int, S: int, mask: Any = None) -> List[Any]:
         steps.append(positioned)
     if variants.score_mod is not None:
         fn = variants.score_mod.fn
-        # packed: a token's position within its own document, read through the flat (B * L,)
-        # index as the bias above
-        pos = None
-        if mask is not None and getattr(mask, "segments", None) is not None:
-            pos = token_positions("top_left", L, S, mask,
-                                  torch.zeros((), dtype=torch.long))[0].reshape(-1)
+        # q_idx is the row within the query tensor and kv_idx the slot within the keys: the
+        # absolute positions are read through flat tables, as the bias above: a decode row
+        # at its batch's offset (B * L,), a packed token within its own document (queries
+        # (B * L,) and keys (B * S,)); a cache slot is its own position
+        qpos = kpos = None
+        packed = mask is not None and getattr(mask, "segments", None) is not None
+        if packed or (mask is not None and getattr(mask, "query_offset", None) is not None):
+            i, j = token_positions("top_left", L, S, mask,
+                                   torch.zeros((), dtype=torch.long, device=device))
+            qpos = i.reshape(-1)  # (B * L,)
+            kpos = j.reshape(-1) if packed else None  # (B * S,); a cache slot is its position
 
         def modified(score, b, h, q_idx, kv_idx):
             f = score.dtype
-            if pos is not None:
-                q_idx, kv_idx = pos[b * L + q_idx], pos[b * L + kv_idx]
+            if qpos is not None:
+                q_idx = qpos[b * L + q_idx]
+            if kpos is not None:
+                kv_idx = kpos[b * S + kv_idx]
             return fn(score, b.to(f), h.to(f), q_idx.to(f), kv_idx.to(f), torch)
 
         steps.append(modified)

@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from suite.spec.problem import Problem, variant_positions
-from suite.spec.variants import score_mod_indices, segment_positions
+from suite.spec.variants import score_mod_indices
 
 ORDERS = ("blas", "sequential")
 # How float32 matrix products may take their operands (a declared ``float32_dots`` policy,
@@ -249,15 +249,16 @@ def _arrays(x: Any):
 
 def score_mod_at(p: Problem, shape: Tuple[int, ...], dtype: Any) -> tuple:
     """The (b, h, i, j) a score_mod of ``p`` reads on a (B, H, L, S) score, as floats of
-    ``dtype`` (``suite.spec.variants.ScoreFn``): the batch, head, query row and key indices;
-    in a packed batch (``mask.segments``) i and j are each token's position within its own
-    sequence, (B, 1, L, 1) and (B, 1, 1, S), as ALiBi and the relative table read them
-    (``variant_positions``): a packed sequence's rows are those of the sequence alone."""
-    b, h, i, j = score_mod_indices(shape, dtype)
-    if p.mask.segments is not None:  # positions restart at each sequence
-        pos = segment_positions(p.mask.segments).astype(dtype)  # (B, L), L = S
-        i, j = pos[:, None, :, None], pos[:, None, None, :]
-    return b, h, i, j
+    ``dtype`` (``suite.spec.variants.ScoreFn``): the batch and head indices, and the query
+    and key positions ALiBi and the relative table read (``variant_positions``, top-left):
+    a decode row of batch b at ``mask.query_offset[b] + i`` ((B, 1, L, 1); keys at their
+    cache slots), a packed token at its position within its own sequence ((B, 1, L, 1) and
+    (B, 1, 1, S): a packed sequence's rows are those of the sequence alone), else query row
+    i and key j. A generation problem's chunks are rows of one causal problem, so their
+    positions are its row and key indices."""
+    b, h, _, _ = score_mod_indices(shape, dtype)
+    queries, keys = variant_positions(p, "top_left")  # (B|1, L), (B|1, S) ints
+    return b, h, queries.astype(dtype)[:, None, :, None], keys.astype(dtype)[:, None, None, :]
 
 
 def _vary(p: Problem, ar: Arithmetic, logits: np.ndarray) -> Tuple[np.ndarray, Dict[str, Any]]:

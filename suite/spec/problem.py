@@ -264,16 +264,14 @@ def variant_positions(p: Problem, align: str) -> Tuple[np.ndarray, np.ndarray]:
     return token_positions(align, p.L, p.S, m.query_offset, m.segments)
 
 
-def _positions_at(p: Problem, argument: str, score_mod: bool = False) -> None:
+def _positions_at(p: Problem, argument: str) -> None:
     """Beside ``argument`` (an offset, packed or generation form) ALiBi and the relative
     table read absolute positions (``variant_positions``; a generation problem's chunks are
     rows of one causal problem, at positions 0..L-1): their ``align`` must be top_left (the
-    form places the rows). A score_mod is posed where its i and j are defined there
-    (``score_mod``: in a packed batch, each token's position within its own sequence,
-    ``suite.spec.oracle.score_mod_at``); at an offset or a step it is not posed yet."""
-    _expect(score_mod or p.score_mod is None, argument,
-            "no score_mod beside it yet (its i, j are row and slot indices, not positions)",
-            f"score_mod {getattr(p.score_mod, 'name', p.score_mod)!r} set")
+    form places the rows). A score_mod's i and j are those positions too
+    (``suite.spec.oracle.score_mod_at``): a decode row at its offset, query_offset[b] + i,
+    against the keys at their cache slots; a packed token at its position within its own
+    sequence; a generation step's rows at their positions in the whole sequence."""
     for name in ("alibi", "rel_bias"):
         v = getattr(p, name)
         _expect(v is None or getattr(v, "align", None) == "top_left", f"{name}.align",
@@ -310,7 +308,7 @@ def _validate_segments(p: Problem) -> None:
             f"row 0: {seg[0].tolist()}")
     _expect(p.mask.query_offset is None and p.steps is None, "mask.segments",
             "no query_offset or steps beside it yet", "decode or steps set")
-    _positions_at(p, "mask.segments", score_mod=True)  # positions restart in each sequence
+    _positions_at(p, "mask.segments")  # positions restart in each sequence
 
 
 def _validate_paging(p: Problem) -> None:
@@ -423,7 +421,8 @@ def validate(p: Problem, finite: bool = True) -> None:
         _expect(m.causal and m.causal_align == "top_left", "mask.query_offset",
                 "a causal mask (causal=True, causal_align='top_left': the offset aligns it)",
                 f"causal={m.causal}, causal_align={m.causal_align!r}")
-        # The position variants read each row's absolute position, offset[b] + i.
+        # The position variants and a score_mod read each row's absolute position,
+        # offset[b] + i.
         _positions_at(p, "mask.query_offset")
     if m.segments is not None:
         _validate_segments(p)

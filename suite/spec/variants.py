@@ -27,9 +27,10 @@ token's position is its absolute position (``token_positions``): a decode row of
 ``query_offset[b] + i`` (the keys at their cache slots j), a packed token at its index within
 its own sequence (positions restart at each sequence, for queries and keys alike); ALiBi and
 the relative table read the distance (key position minus query position) there
-(``Alibi.term``, ``RelBias.buckets_at``). A score_mod's i and j in a packed batch are those
-positions too (a sequence's rows are those of the sequence alone); beside an offset or steps
-it is not posed yet. Nothing here imports a framework; every function is float64 NumPy, the
+(``Alibi.term``, ``RelBias.buckets_at``). A score_mod's i and j are those positions too
+(``suite.spec.oracle.score_mod_at``): a decode row's at its offset, a packed token's within
+its own sequence (a sequence's rows are those of the sequence alone), a generation step's in
+the whole sequence. Nothing here imports a framework; every function is float64 NumPy, the
 spec.
 """
 
@@ -190,9 +191,10 @@ def t5_bucket(rel: np.ndarray, bidirectional: bool, num_buckets: int, max_distan
 # fn(score, b, h, i, j, xp) -> the new score, elementwise: score (B, H, L, S) in the dtype
 # computed in; b (B, 1, 1, 1), h (1, H, 1, 1), i (1, 1, L, 1), j (1, 1, 1, S) the batch,
 # head, query row and key indices as floats of the score's dtype (broadcast, not
-# materialised; in a packed batch i (B, 1, L, 1) and j (B, 1, 1, S) are each token's position
-# within its own sequence, ``suite.spec.oracle.score_mod_at``); xp the array namespace the
-# score comes from (numpy, torch, ...).
+# materialised); i and j are absolute positions (``suite.spec.oracle.score_mod_at``): at a
+# decode offset i (B, 1, L, 1) is query_offset[b] + row and j the key's cache slot, in a
+# packed batch i (B, 1, L, 1) and j (B, 1, 1, S) are each token's position within its own
+# sequence; xp the array namespace the score comes from (numpy, torch, ...).
 ScoreFn = Callable[..., Any]
 
 

@@ -106,9 +106,10 @@ class DecodeDropsSink(NumpyMHA):
 
 
 class AlibiAtZero(NumpyMHA):
-    """ALiBi and the relative table at a decode step measured from row 0 (query i at
-    position i), not from the row's offset into the cache: a decode path that passes the
-    chunk's row index where the absolute position is due. The mask keeps the offset."""
+    """ALiBi and the relative table (and a score modifier's i, which reads the same
+    positions) at a decode step measured from row 0 (query i at position i), not from the
+    row's offset into the cache: a decode path that passes the chunk's row index where the
+    absolute position is due. The mask keeps the offset."""
 
     name = "bug.alibi_at_zero"
 

@@ -1,6 +1,7 @@
 """Planted NumPy plugins right in prefill and wrong with a score modifier in one inference
-form: the packed family's ``score_mod_docs`` and the dropout family's ``score_mod_causal``
-must fail each, and the reference pass."""
+form: the packed family's ``score_mod_docs``, the dropout family's ``score_mod_causal``, the
+decode family's ``score_mod_at_offset`` and the generation family's ``score_mod_steps`` must
+fail each, and the reference pass."""
 
 import dataclasses
 
@@ -33,3 +34,17 @@ class TrainingDropsScoreMod(NumpyMHA):
         if mask.dropout and mask.variants is not None:
             mask = _without_score_mod(mask)
         return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class ScoreModAtRowIndices(NumpyMHA):
+    """The score modifier handed each query row's index within the query tensor where a form
+    places the rows at an offset (a decode step's rows, a generation step's chunk): the
+    offset forgotten, as a decode kernel that passes its q_idx through. Right in prefill and
+    in a packed batch (the positions within each sequence kept)."""
+
+    name = "bug.score_mod_at_row_indices"
+
+    def modify(self, scores, mod, mask=None):
+        return super().modify(scores, mod, None if mask is None
+                              else mask.replace(query_offset=None))
+

@@ -9,6 +9,7 @@ from variants_planted import KeyWidthSplit
 
 from implementations.torch.eager import TorchEager
 from implementations.torch.sdpa import TorchSDPA
+from suite.spec.variants import ScoreMod
 
 
 class _ChangesOneVariant(TorchEager):
@@ -117,4 +118,28 @@ class TorchAlibiAtZero(TorchEager):
             weights = common.masked_softmax(scores, mask.variants.sinks)
             v = common.zero_dead_values(v, mask)
             return weights @ v, (weights if need_weights else None)
+        return super().attend(q, k, v, mask, scale, need_weights)
+
+
+class TorchScoreModAtRowIndices(TorchEager):
+    """torch.eager whose score modifier at a decode step (or a generation step's chunk)
+    reads each row's index within the query tensor, not its absolute position offset[b] + i:
+    the modifier is handed i minus the batch's offset (the rest of the problem unchanged)."""
+
+    name = "bug.torch_score_mod_at_row_indices"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        var = mask.variants
+        if mask.query_offset is not None and var is not None and var.score_mod is not None:
+            import torch
+
+            off = torch.as_tensor(mask.query_offset, device=q.device).to(q.dtype)
+            off = off.view(-1, 1, 1, 1)  # (B, 1, 1, 1)
+            fn = var.score_mod.fn
+
+            def at_rows(s, b, h, i, j, xp):
+                return fn(s, b, h, i - off, j, xp)
+
+            mask = mask.replace(variants=dataclasses.replace(
+                var, score_mod=ScoreMod(var.score_mod.name, at_rows)))
         return super().attend(q, k, v, mask, scale, need_weights)

@@ -16,7 +16,7 @@ falls inside the cache, GQA and MQA caches, and a chunk of prefill at an offset.
 variant (issue 50), as the models that decode with one: Gemma 2's cap (alone and beside a
 window), gpt-oss's sinks beside a window, latent attention's narrower values over one
 key/value head, ALiBi (``distance``) and T5's decoder table read at each row's absolute
-position offset[b] + i.
+position offset[b] + i, and a score modifier whose i is that position too.
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
-from suite.spec.variants import Alibi, RelBias, alibi_slopes
+from suite.spec.variants import SCORE_MODS, Alibi, RelBias, alibi_slopes
 
 FAMILY = "decode"
 # B, E, H as the masking family (D = 4); S cache slots.
@@ -200,3 +200,15 @@ def _rel_t5_one_row(seed):
     p = decode_problem(seed, 1, [16, 7, 1])
     table = 1.5 * np.random.default_rng(seed + 2).standard_normal((DH, 16))
     return dataclasses.replace(p, rel_bias=RelBias(table, "t5", False, 12))
+
+
+@case("score_mod_at_offset")
+def _score_mod_at_offset(seed):
+    """A score modifier at decode (FlexAttention's decoding with a score_mod): the suite's
+    position_wave, which reads positions as they are, on two rows per batch at the end of
+    caches filled to 16, 9 and 4 (offsets 14, 7 and 2, inputs x2): its i is each row's
+    absolute position offset[b] + row and its j the key's cache slot. A decode path that
+    hands it the row's index within the query tensor (the offset forgotten, or one batch's
+    offset for all) moves every row's modifier."""
+    p = decode_problem(seed, 2, [16, 9, 4], input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])

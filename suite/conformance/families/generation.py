@@ -12,7 +12,8 @@ prefill, a static cache longer than the sequence (``Problem.cache_len``, feature
 ``local_window+causal_flag`` mask form to a plugin that declares it, as a sliding-window
 model's config takes it), and a grouped-query cache; with a score variant (issue 50):
 Gemma 2's cap (and its steps against its own prefill), gpt-oss's sinks beside a window,
-ALiBi at each step's absolute position, and BLOOM's own ALiBi.
+ALiBi at each step's absolute position, BLOOM's own ALiBi, and a score modifier whose i and
+j are each step's positions in the whole sequence (and its steps against its own prefill).
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 from suite.conformance.families.declare import family
 from suite.spec.problem import Mask, Problem, make_problem
-from suite.spec.variants import Alibi, alibi_slopes
+from suite.spec.variants import SCORE_MODS, Alibi, alibi_slopes
 
 FAMILY = "generation"
 GB, GE, GH = 2, 16, 4  # batch, width, heads (D = 4)
@@ -169,3 +170,24 @@ def _alibi_key_steps(seed):
     checks that the bias is there at every step, not where a step places its rows)."""
     p = generation_problem(seed, (4, 1, 1, 1, 2))
     return dataclasses.replace(p, alibi=Alibi(alibi_slopes(GH), "key"))
+
+
+@case("score_mod_steps")
+def _score_mod_steps(seed):
+    """A score modifier through a generating module's cache (FlexAttention's decoding loop
+    with a score_mod): the suite's position_wave, which reads positions as they are, over a
+    prefill of 4, two single steps, a chunk of 2 and a step (inputs x2): a step's i is its
+    rows' position in the whole sequence, j the key's slot in the cache. A step that hands
+    the modifier its rows' indices within the chunk (0 for a single step) moves it from
+    step 2 on."""
+    p = generation_problem(seed, (4, 1, 1, 2, 1), input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])
+
+
+@case("score_mod_agrees_with_prefill", judge=_judge_prefill)
+def _score_mod_agrees_with_prefill(seed):
+    """``agrees_with_prefill`` with the position_wave modifier (inputs x2): a module whose
+    decode steps hand the modifier other positions than its prefill does disagrees with
+    itself, whatever the oracle says."""
+    p = generation_problem(seed, (5, 1, 1, 1, 1), input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])

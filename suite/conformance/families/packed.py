@@ -12,7 +12,8 @@ and values are a thousand times larger: a leak into the next one is far off), on
 a row (the packed form of plain attention), GQA and MQA, and a sliding window inside each
 sequence; with a score variant (issue 50): Gemma 2's cap (and the packed and padded paths
 agreeing under it), gpt-oss's sinks, ALiBi and T5's encoder table at each pair's distance
-within its sequence, and a score modifier reading each token's position in its sequence.
+within its sequence, and a score modifier reading each token's position in its sequence
+(and the packed and padded paths agreeing under it).
 
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
 """
@@ -219,3 +220,13 @@ def _softcap_agrees_with_padded(seed):
     drops the cap its padded path keeps disagrees with itself, whatever the oracle says."""
     p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=3.0)
     return dataclasses.replace(p, softcap=4.0)
+
+
+@case("score_mod_agrees_with_padded", judge=_judge_padded)
+def _score_mod_agrees_with_padded(seed):
+    """``agrees_with_padded`` with the position_wave modifier (inputs x2), which reads
+    positions as they are: a padded sequence's rows start at 0, so a module whose packed path
+    hands the modifier the packed row's indices (or drops it) disagrees with its own padded
+    path, whatever the oracle says."""
+    p = packed_problem(seed, [[5, 7], [3, 4, 5]], causal=True, input_scale=2.0)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])
