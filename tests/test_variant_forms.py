@@ -53,6 +53,9 @@ NUMPY = {  # plugin: (the variant's prefill cases, {family: the cases it must fa
     score_mod_planted.ScoreModAtRowIndices: ("score_mod", {
         "decode": {"score_mod_at_offset"},
         "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}}),
+    score_mod_planted.DecodeDropsScoreMod: ("score_mod", {
+        "decode": {"score_mod_at_offset"},
+        "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}}),
 }
 # The families each planted plugin runs: generation where a score modifier is at stake.
 FORMS = ("decode", "paged", "packed")

@@ -1,7 +1,7 @@
 """Planted NumPy plugins right in prefill and wrong with a score modifier in one inference
 form: the packed family's ``score_mod_docs``, the dropout family's ``score_mod_causal``, the
 decode family's ``score_mod_at_offset`` and the generation family's ``score_mod_steps`` must
-fail each, and the reference pass."""
+fail each (misplaced or dropped), and the reference pass."""
 
 import dataclasses
 
@@ -48,3 +48,15 @@ class ScoreModAtRowIndices(NumpyMHA):
         return super().modify(scores, mod, None if mask is None
                               else mask.replace(query_offset=None))
 
+
+class DecodeDropsScoreMod(NumpyMHA):
+    """The score modifier kept in prefill and left out where the rows sit at an offset into a
+    cache (a decode step, a generation step's chunk): a decode kernel written after the
+    prefill one, without the modifier."""
+
+    name = "bug.decode_drops_score_mod"
+
+    def attend(self, q, k, v, mask, scale, need_weights):
+        if mask.query_offset is not None and mask.variants is not None:
+            mask = _without_score_mod(mask)
+        return super().attend(q, k, v, mask, scale, need_weights)
