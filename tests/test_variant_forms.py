@@ -6,12 +6,13 @@ cases without the variant), on NumPy and on torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
 
 from suite.conformance import catalog
-from suite.conformance.judge import FAILED, Outcome
+from suite.conformance.judge import FAILED, Outcome, run_problem
 from tests.conftest import PLUGINS
 
 sys.path.insert(0, str(PLUGINS))
@@ -179,3 +180,20 @@ def test_torch_flex_maps_its_q_idx_through_the_offsets_for_a_score_mod(monkeypat
     out = _run(tc.TorchFlexEager(), "decode", "score_mod_at_offset")
     assert out.outcome == "fail", out.reason
 
+
+def test_torch_flex_maps_kv_idx_through_the_sequences_of_a_one_row_packed_batch():
+    """A packed batch of one row (sequences 5+7) with position_wave: FlexAttention's kv_idx
+    is mapped to the key's position within its own sequence whatever the batch size (a
+    table chosen by the positions' batch dimension left kv_idx as the packed slot at B = 1);
+    uncompiled, so nothing compiles."""
+    pytest.importorskip("torch")
+    from implementations.torch import compiled as tc
+    from suite.conformance.families.packed import packed_problem
+    from suite.spec.variants import SCORE_MODS
+
+    p = dataclasses.replace(packed_problem(3, [[5, 7]], causal=True, input_scale=2.0),
+                            score_mod=SCORE_MODS["position_wave"]).validate()
+    for impl in (NumpyMHA(), tc.TorchFlexEager()):
+        out = run_problem(impl, Outcome(impl.name, "cpu", "float32", "packed", "one_row", 3,
+                                        "pass"), p)
+        assert out.outcome == "pass", (impl.name, out.reason)
