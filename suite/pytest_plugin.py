@@ -7,6 +7,7 @@ imports nothing heavy.
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional
 
 import pytest
@@ -98,6 +99,34 @@ def pytest_configure(config: pytest.Config) -> None:
         # last resort, WARNING and up). Blocked as ``-p no:logging`` blocks it (pytest's
         # registers in its own trylast pytest_configure, after this one).
         config.pluginmanager.set_blocked("logging-plugin")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # (at session start: pytest's own unraisable-exception hook is installed by then)
+    if _conformance_run(session.config):
+        sys.unraisablehook = interrupt_again(sys.unraisablehook)
+
+
+def interrupt_again(previous):
+    """``sys.unraisablehook`` that delivers again an interrupt Python could not raise: a
+    Ctrl-C (or the SIGTERM a conformance run turns into one) that lands inside a callback
+    Python runs for itself (JAX's garbage-collection callback, a finalizer) is "ignored" there,
+    and pytest then prints its traceback as a warning. Here the main thread is interrupted
+    anew, where the run's handlers save what finished and say so in one line. Any other
+    unraisable exception goes to ``previous``."""
+    import _thread
+    import threading
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # from another thread, a moment later: tripped here, it is raised in this hook
+            threading.Timer(0.01, _thread.interrupt_main).start()
+            return
+        previous(unraisable)
+
+    hook.previous = previous
+    return hook
 
 
 def _logging_asked(config: pytest.Config) -> bool:

@@ -283,6 +283,37 @@ def test_sigterm_to_check_saves_the_finished_cases_and_says_so(tmp_path):
     assert len(hangs) == 4 and all(r["outcome"] == "pass" for r in hangs)  # each one finished
 
 
+def test_an_interrupt_inside_a_gc_callback_is_delivered_again_and_not_printed():
+    """A Ctrl-C that lands in a callback Python runs for itself (JAX's garbage-collection
+    callback: the traceback a worker once printed on Ctrl-C) is raised again in the main
+    thread; any other unraisable exception still reaches the hook before."""
+    import gc
+    import sys
+    import time
+
+    from suite.pytest_plugin import interrupt_again
+
+    seen = []
+
+    def interrupted(phase, info):
+        if phase == "start":
+            raise KeyboardInterrupt
+
+    before, sys.unraisablehook = sys.unraisablehook, interrupt_again(seen.append)
+    gc.callbacks.append(interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gc.collect()
+            gc.callbacks.remove(interrupted)
+            time.sleep(1)  # the interrupt arrives at the main thread's next check
+        sys.unraisablehook(type("Args", (), {"exc_value": ValueError("other")}))
+    finally:
+        if interrupted in gc.callbacks:
+            gc.callbacks.remove(interrupted)
+        sys.unraisablehook = before
+    assert [type(a.exc_value) for a in seen] == [ValueError]
+
+
 def test_ctrl_c_with_workers_keeps_records_and_leaves_no_worker(tmp_path):
     import signal
     import time
