@@ -288,6 +288,7 @@ def test_an_interrupt_inside_a_gc_callback_is_delivered_again_and_not_printed():
     callback: the traceback a worker once printed on Ctrl-C) is raised again in the main
     thread; any other unraisable exception still reaches the hook before."""
     import gc
+    import signal
     import sys
     import time
 
@@ -300,6 +301,8 @@ def test_an_interrupt_inside_a_gc_callback_is_delivered_again_and_not_printed():
             raise KeyboardInterrupt
 
     before, sys.unraisablehook = sys.unraisablehook, interrupt_again(seen.append)
+    # as in the process a user interrupts (a pytest-xdist worker ignores SIGINT)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     gc.callbacks.append(interrupted)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -311,6 +314,7 @@ def test_an_interrupt_inside_a_gc_callback_is_delivered_again_and_not_printed():
         if interrupted in gc.callbacks:
             gc.callbacks.remove(interrupted)
         sys.unraisablehook = before
+        signal.signal(signal.SIGINT, handler)
     assert [type(a.exc_value) for a in seen] == [ValueError]
 
 
