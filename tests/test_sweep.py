@@ -80,6 +80,15 @@ def test_points_record_flops_and_memory(numpy_sweep):
     assert run["before"] > 0 and run["after"] > 0 and run["spread"] is not None
     assert facts["matmul_peak_flops"]["numpy:cpu:float32"] == max(run["before"], run["after"])
     assert facts["threads"]["requested"] >= 1
+    # the runtimes an exported graph's record does not name (its framework is torch)
+    from importlib import metadata
+
+    for dist in ("transformers", "onnxruntime", "openvino", "executorch"):
+        try:
+            installed = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            installed = None
+        assert facts["libraries"][dist] == installed, dist
 
 
 def test_interrupted_sweep_keeps_points_and_resumes(tmp_path):

@@ -6,8 +6,13 @@ import platform
 from importlib import metadata
 from typing import Dict, Iterable, Optional
 
-LIBRARIES = ("mha-suite", "numpy", "torch", "jax", "jaxlib", "pytest-benchmark", "pandas",
-             "seaborn", "matplotlib", "threadpoolctl")
+# Recorded in every results file (``machine_info["mha_suite"]["libraries"]``): the frameworks
+# and runtimes the built-ins run (an exported graph's record names torch as its framework;
+# the runtime that ran it, onnxruntime, OpenVINO or ExecuTorch, is read from here), and
+# the tools that shape a run.
+LIBRARIES = ("mha-suite", "numpy", "torch", "jax", "jaxlib", "transformers", "keras", "flax",
+             "triton", "onnx", "onnxruntime", "onnxscript", "openvino", "executorch",
+             "pytest-benchmark", "pandas", "seaborn", "matplotlib", "threadpoolctl")
 
 
 # A framework name (``Implementation.framework``) -> the distribution that installs it, where
