@@ -173,12 +173,22 @@ def preflight_check(args: argparse.Namespace) -> None:
         raise CLIError("--sample and --cover: expected one selection, got both (--sample is "
                        "the main job's, --cover CI's)")
     if getattr(args, "known_failures", None):
-        from suite.conformance.known_failures import KnownFailuresError, read_known_failures
+        from suite.conformance.known_failures import (
+            KnownFailuresError,
+            read_known_failures,
+            unknown_implementations,
+        )
 
         try:
-            read_known_failures(args.known_failures)
+            listed = read_known_failures(args.known_failures)
         except KnownFailuresError as exc:
             raise CLIError(f"--known-failures: {exc}") from None
+        if getattr(args, "strict_declarations", False):  # (without: a warning at the end)
+            unknown = unknown_implementations(listed.values(), _registry(args).entries,
+                                              args.known_failures)
+            if unknown:
+                more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+                raise CLIError(f"--known-failures: {unknown[0]}{more}")
     if getattr(args, "json", None):
         records.check_writable(args.json, "--json", kind="conformance")
 

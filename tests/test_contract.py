@@ -199,6 +199,27 @@ def test_a_known_failure_glob_warns_of_passes_but_not_of_unsupported_cases(cli, 
     assert "gradients/plain] is listed as a known failure" not in proc.stdout
 
 
+def test_a_record_naming_no_implementation_warns_and_fails_a_strict_check(cli, tmp_path):
+    """A user's record whose implementation is misspelt lists no test: said at the end of a
+    run, and under --strict-declarations one line before any case (#52)."""
+    known = tmp_path / "mine.toml"
+    known.write_text('[[failure]]\nname = "typo"\nimplementation = ["numpy", "nmupy*"]\n'
+                     'cases = "masking/none"\nkind = "bug"\nreason = "misspelt"\n')
+    args = ["check", "--impl", "numpy", "--dtype", "float32", "--workers", "0",
+            "--known-failures", str(known), "-k", "masking/combined"]
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    warned = [line for line in proc.stdout.splitlines() if "names no implementation" in line]
+    assert warned == [f"warning: known failure record 'typo' ({known}) names no "
+                      "implementation here: 'nmupy*'"], proc.stdout[-2000:]
+    strict = cli(*args, "--strict-declarations")
+    assert strict.returncode == 2 and "passed" not in strict.stdout, strict.stdout[-2000:]
+    assert strict.stderr.strip() == ("mha-suite: error: --known-failures: known failure record "
+                                     f"'typo' ({known}) names no implementation here: 'nmupy*'")
+    known.write_text(known.read_text().replace('"nmupy*"', '"numpy*"'))
+    assert "names no implementation" not in cli(*args, "--strict-declarations").stdout
+
+
 # ------------------------------------------------------------ deviations that depend on dtype
 
 def _fully_masked_outcomes(cls) -> dict:

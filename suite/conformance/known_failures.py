@@ -312,3 +312,22 @@ def read_known_failures(paths: Iterable[Union[str, Path]]) -> Dict[str, Listed]:
         for entry in entries:
             out[entry.glob] = entry  # (a later duplicate's entry, at the first's place)
     return out
+
+
+def unknown_implementations(entries: Iterable[Listed], names: Iterable[str],
+                            sources: Iterable[Union[str, Path]]) -> List[str]:
+    """One line for each record of the files ``sources`` whose ``implementation`` names
+    (wildcards allowed) match none of the registry's ``names``: a misspelt or renamed
+    implementation, whose record would otherwise list no test and hold nowhere, silently."""
+    names, sources = list(names), {str(s) for s in sources}
+    lines, seen = [], set()
+    for entry in entries:
+        r = entry.record
+        if r is None or r.source not in sources or (r.source, r.name) in seen:
+            continue
+        seen.add((r.source, r.name))
+        missing = [i for i in r.implementation if not fnmatch.filter(names, _escaped(i))]
+        if missing:
+            lines.append(f"known failure record {r.name!r} ({r.source}) names no implementation "
+                         f"here: {', '.join(map(repr, missing))}")
+    return lines

@@ -27,6 +27,7 @@ from suite.conformance.known_failures import (
     KnownFailuresError,
     Listed,
     read_known_failures,
+    unknown_implementations,
 )
 from suite.plugins.interface import builtin_ancestors
 from suite.plugins.selection import Selection
@@ -143,6 +144,14 @@ class ConformanceSession:
             self.entries: Dict[str, Listed] = read_known_failures([KNOWN_FAILURES_FILE, *extra])
         except KnownFailuresError as exc:
             raise pytest.UsageError(f"--known-failures: {exc}") from None
+        self.unknown: List[str] = []  # records of --known-failures naming no implementation
+        if extra and not is_worker(config):
+            self.unknown = unknown_implementations(
+                self.entries.values(), self.selection.registry().entries, extra)
+            if self.unknown and config.getoption("--strict-declarations"):
+                raise pytest.UsageError(f"--known-failures: {self.unknown[0]}"
+                                        + (f" (and {len(self.unknown) - 1} more)"
+                                           if len(self.unknown) > 1 else ""))
         self.known: Dict[str, str] = {g: e.reason for g, e in self.entries.items()}
         self.conditions = {g: e.where for g, e in self.entries.items()}
         self.records: List[dict] = []
@@ -443,6 +452,8 @@ class ConformanceSession:
             return
         if self.bar is not None:
             self.bar.stop()
+        for line in self.unknown:
+            terminalreporter.write_line(f"warning: {line}")
         if not self.records:
             return
         from suite.conformance.summary import (
