@@ -83,7 +83,9 @@ class NumpyCore(Implementation):
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: AttendMask,
                scale: float, need_weights: bool):
-        """q (B, H, L, D), k (B, H, S, D), v (B, H, S, V), mask.bias (B, H|1, L, S) or None.
+        """q (B, H, L, D), k (B, H, S, D), v (B, H, S, V), mask.bias (B, H|1, L, S) or None;
+        with ``repeat_kv = False`` k and v keep their K kv heads (B, K, S, D|V): the kernel
+        groups the query heads itself (query head h reads kv head h // (H // K)).
 
         Returns (heads (B, H, L, V), weights (B, H, L, S) or None).
         """
@@ -155,7 +157,7 @@ class NumpyCore(Implementation):
         q = q.reshape(B, L, H, D).transpose(0, 2, 1, 3)  # (B, H, L, D)
         k = k.reshape(B, S, K, D).transpose(0, 2, 1, 3)  # (B, K, S, D)
         v = v.reshape(B, S, K, V).transpose(0, 2, 1, 3)  # (B, K, S, V)
-        if K != H:  # query head h reads kv head h // (H // K)
+        if K != H and self.repeat_kv:  # query head h reads kv head h // (H // K)
             k = np.repeat(k, H // K, axis=1)  # (B, H, S, D)
             v = np.repeat(v, H // K, axis=1)  # (B, H, S, V)
         if p.steps is not None:  # a generating module: chunk by chunk against a cache
