@@ -176,6 +176,7 @@ def preflight_check(args: argparse.Namespace) -> None:
         from suite.conformance.known_failures import (
             KnownFailuresError,
             read_known_failures,
+            unknown_error,
             unknown_implementations,
         )
 
@@ -187,8 +188,7 @@ def preflight_check(args: argparse.Namespace) -> None:
             unknown = unknown_implementations(listed.values(), _registry(args).entries,
                                               args.known_failures)
             if unknown:
-                more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-                raise CLIError(f"--known-failures: {unknown[0]}{more}")
+                raise CLIError(unknown_error(unknown))
     if getattr(args, "json", None):
         records.check_writable(args.json, "--json", kind="conformance")
 

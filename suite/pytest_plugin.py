@@ -125,7 +125,6 @@ def interrupt_again(previous):
             return
         previous(unraisable)
 
-    hook.previous = previous
     return hook
 
 

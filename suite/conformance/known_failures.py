@@ -331,3 +331,10 @@ def unknown_implementations(entries: Iterable[Listed], names: Iterable[str],
             lines.append(f"known failure record {r.name!r} ({r.source}) names no implementation "
                          f"here: {', '.join(map(repr, missing))}")
     return lines
+
+
+def unknown_error(lines: List[str]) -> str:
+    """The one line a strict run stops on: the first of ``unknown_implementations``' lines,
+    with how many more there are."""
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    return f"--known-failures: {lines[0]}{more}"

@@ -27,6 +27,7 @@ from suite.conformance.known_failures import (
     KnownFailuresError,
     Listed,
     read_known_failures,
+    unknown_error,
     unknown_implementations,
 )
 from suite.plugins.interface import builtin_ancestors
@@ -149,9 +150,7 @@ class ConformanceSession:
             self.unknown = unknown_implementations(
                 self.entries.values(), self.selection.registry().entries, extra)
             if self.unknown and config.getoption("--strict-declarations"):
-                raise pytest.UsageError(f"--known-failures: {self.unknown[0]}"
-                                        + (f" (and {len(self.unknown) - 1} more)"
-                                           if len(self.unknown) > 1 else ""))
+                raise pytest.UsageError(unknown_error(self.unknown))
         self.known: Dict[str, str] = {g: e.reason for g, e in self.entries.items()}
         self.conditions = {g: e.where for g, e in self.entries.items()}
         self.records: List[dict] = []
