@@ -24,14 +24,19 @@ and every run):
 4. siblings that share one compile path (``compile_path``: the same converter, exporter or
    model integration compiling per shape, around different modules) split the families
    among them: a family's kept cases run on one of them, taken in turn over the families,
-   among those that declare what its cases need; each keeps its own contracts (and step 5
-   its known failures); and the lanes cases (vector tails are the code generator's) run
+   among those that declare what its cases need, the contracts family too (an ``agrees``
+   contract compiles its four sampled problems on both sides: 20-50 s a sibling with empty
+   caches, the same compile path each time); step 5 adds their known failures back; and the
+   lanes cases (vector tails are the code generator's) run
    once per compile path, each lane length on one of its names in turn (``jax.jit``,
    ``jax.nn`` and Flax share XLA's CPU code generator). ``mha-suite check`` runs every
    sibling on every family;
 5. every known-failure entry (``known_failures.toml`` and ``--known-failures``) at least
    ``PER_ENTRY`` of the cases it names (one already in the sample, else the first by test id),
-   so an entry that no longer holds fails the run under ``--strict-declarations``.
+   so an entry that no longer holds fails the run under ``--strict-declarations``; but not an
+   ``{intermittent}`` entry's: a run where its cases pass cannot show it stale, so running
+   them adds nothing a sampled case does not (on the compiled names they hold, 10-50 s a
+   case with empty caches); ``mha-suite check`` runs them.
 
 Known library behaviours (``suite.plugins.known_behaviours``) follow conditions, not ids: the sample's lanes
 and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
@@ -154,14 +159,14 @@ def _every_lane_once(items: Sequence[Item], keep: List[bool]) -> None:
 
 
 def _spread_over_siblings(items: Sequence[Item], keep: List[bool]) -> None:
-    """Siblings sharing a ``compile_path``: a per-shape compiler's kept families spread
-    over them (family n, in name order, on the n-th of those able to run it, in turn), its
-    contracts kept on each; the lanes cases of any such siblings, each lane once per path."""
+    """Siblings sharing a ``compile_path``: a per-shape compiler's kept families, its
+    contracts among them, spread over them (family n, in name order, on the n-th of those
+    able to run it, in turn); the lanes cases of any such siblings, each lane once per path."""
     groups: Dict[tuple, Dict[str, Dict[str, List[int]]]] = {}
     for i, it in enumerate(items):
         # the built-ins only: a user's plugin on the same path is checked on every family
         path = declared(it.impl, "compile_path") if is_builtin(type(it.impl)) else None
-        if not path or not keep[i] or it.family == "contracts":
+        if not path or not keep[i]:
             continue
         if it.family != "lanes" and not compiles_per_shape(it.impl, it.device):
             continue
@@ -186,6 +191,15 @@ def _spread_over_siblings(items: Sequence[Item], keep: List[bool]) -> None:
                 if m != chosen:
                     for i in fams[fam][m]:
                         keep[i] = False
+
+
+def left_entries(items: Sequence[Item], keep: Sequence[bool], patterns: Iterable[str]
+                 ) -> List[str]:
+    """The ``patterns`` (test-id globs) that name some of ``items`` and none that is kept:
+    entries the selection left to a full check."""
+    kept = sorted({it.test for it, k in zip(items, keep) if k})
+    left = sorted({it.test for it, k in zip(items, keep) if not k})
+    return [p for p in patterns if fnmatch.filter(left, p) and not fnmatch.filter(kept, p)]
 
 
 def _may_run(it: Item) -> bool:

@@ -168,6 +168,8 @@ class ConformanceSession:
         self.session: Optional[pytest.Session] = None
         # --sample: impl -> family -> cases the main job's sample left to a full check
         self.left: Dict[str, Dict[str, int]] = {}
+        # intermittent known-failure entries whose cases CI's covering selection all left
+        self.left_known: Set[str] = set()
         repeat = config.getoption("--repeat")
         if repeat < 1:
             raise pytest.UsageError(f"--repeat: expected a positive int, got {repeat}")
@@ -339,7 +341,10 @@ class ConformanceSession:
             chosen.append(_cover.Item(item.name, entry.impl, entry.name, device, dtype,
                                       family(item), case_name(item)))
         if cover:
-            keep = _cover.choose(chosen, self.known, MASK_FORMS)
+            steady = [g for g in self.known if not self.intermittent(g)]
+            keep = _cover.choose(chosen, steady, MASK_FORMS)
+            self.left_known = set(_cover.left_entries(
+                chosen, keep, [g for g in self.known if self.intermittent(g)]))
         else:
             from suite.conformance.sample import sampled
 
@@ -351,6 +356,7 @@ class ConformanceSession:
             items[:] = [it for i, it in enumerate(items) if i not in dropped]
         if is_worker(config):
             config.workeroutput["mha_suite_left"] = self.left
+            config.workeroutput["mha_suite_left_known"] = sorted(self.left_known)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -359,6 +365,9 @@ class ConformanceSession:
         left = getattr(node, "workeroutput", {}).get("mha_suite_left")
         if left and not self.left:
             self.left = left
+        left_known = getattr(node, "workeroutput", {}).get("mha_suite_left_known")
+        if left_known and not self.left_known:
+            self.left_known = set(left_known)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(self, report, config: pytest.Config):
@@ -427,11 +436,16 @@ class ConformanceSession:
                "passed here (held "
                "nowhere it was needed: narrow or remove the entry)"
                for pattern, test in sorted(self.passed.items()) if pattern not in self.needed
-               and not getattr(self.conditions.get(pattern), "intermittent", False)]
+               and not self.intermittent(pattern)]
         if not self.narrowed():  # a narrowed run may leave out the cases that show one
             out += [line.replace("warning: ", "error: ", 1)
                     for line in stale_known_lines(self.records)]
         return out
+
+    def intermittent(self, pattern: str) -> bool:
+        """Whether known-failure entry ``pattern`` holds only at times (a run where its
+        cases pass cannot show it stale)."""
+        return bool(getattr(self.conditions.get(pattern), "intermittent", False))
 
     def narrowed(self) -> bool:
         """True for a run narrowed by -k, --impl, --device, --dtype or --shard."""
@@ -462,7 +476,7 @@ class ConformanceSession:
             stale_lines,
         )
 
-        unused = set(self.known) - self.used
+        unused = set(self.known) - self.used - self.left_known
         filtered = self.narrowed()
         envs = {(r.get("device"), r.get("isa")) for r in self.records}
         for pattern in sorted(unused):
