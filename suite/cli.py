@@ -91,6 +91,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# The pytest plugins a conformance run uses, and only those: xdist, timeout, hypothesis, and
+# pytest-benchmark (its machine and commit hooks describe the run in the results file).
+RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", "_hypothesis_pytestplugin",
+               "pytest_benchmark.plugin")
+
+
 def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List[str]:
     """pytest arguments for a conformance run with the CLI's selection."""
     progress = getattr(args, "progress", None)
@@ -108,7 +114,9 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     # its lines per implementation name those (summary.outcome_lines), the results file
     # keeps each case's reason. The later -r wins over an ini file's addopts.
     # The command imported suite before pytest starts, which pytest warns it cannot rewrite.
-    out = ["--pyargs", "suite.conformance.tests", "-p", "no:cacheprovider", "-q", "-rfE",
+    from suite.pytest_plugin import only_plugins
+
+    out = ["--pyargs", "suite.conformance.tests", *only_plugins(*RUN_PLUGINS), "-q", "-rfE",
            "-W", "ignore::pytest.PytestAssertRewriteWarning",
            f"--rootdir={Path(__file__).resolve().parents[1]}",
            "-o", "console_output_style=" + ("classic" if progress else "count"),
@@ -521,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'#', the reason, one a line")
     _add_run_options(p)
     _add_isa(p, "native")
-    p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
+    p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --); the run "
+                   "loads only the pytest plugins it uses: name another with -p MODULE")
     p.set_defaults(func=cmd_check)
 
     from suite.sweep import presets

@@ -222,3 +222,28 @@ def test_the_main_job_fits_one_screen_after_its_progress(cli, tmp_path):
     for noise in ("FAILURES", "warnings summary", "short test summary", " ms "):
         assert noise not in text, noise
     assert (out / "report.html").exists() and (out / "sweep-ci.json").exists()
+
+
+def test_a_check_loads_only_the_pytest_plugins_it_uses(tmp_path):
+    """Installed packages register pytest plugins (executorch: hydra-core's, kgb's) that
+    pytest would import in every run and worker: a check loads its own and those it uses,
+    and one named after ``--`` (``-p MODULE``) still loads."""
+    from importlib.metadata import entry_points
+
+    from suite.cli import RUN_PLUGINS
+
+    others = sorted({ep.value.split(":")[0] for ep in entry_points(group="pytest11")}
+                    - {*RUN_PLUGINS, "suite.pytest_plugin"})
+    if not others:
+        pytest.skip("no other pytest plugin is installed here")
+    code = ("import sys; from suite import cli; rc = cli.main(sys.argv[1:]); "
+            f"print('LOADED', [m for m in {others!r} if m in sys.modules]); sys.exit(rc)")
+    args = ["check", "--impl", "numpy", "--dtype", "float32", "-k", "masking/none",
+            "--workers", "0", "--no-progress"]
+    env = {k: v for k, v in os.environ.items() if k != "MHA_SUITE_PLUGINS"}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600, env=env)
+    assert done.returncode == 0 and "LOADED []" in done.stdout, done.stdout[-2000:] + done.stderr
+    named = subprocess.run([sys.executable, "-c", code, *args, "--", "-p", others[0]],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert f"LOADED [{others[0]!r}]" in named.stdout, named.stdout[-2000:] + named.stderr

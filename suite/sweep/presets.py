@@ -260,7 +260,10 @@ def run(args: argparse.Namespace) -> int:
     # name the device prefixes, so the selection's devices stay empty here.
     session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))
     t = spec["timing"]
-    pytest_args = ["--pyargs", "suite.sweep.benchmarks", "-p", "no:cacheprovider",
+    from suite.pytest_plugin import only_plugins
+
+    pytest_args = ["--pyargs", "suite.sweep.benchmarks",
+                   *only_plugins("pytest_benchmark.plugin", "pytest_timeout"),
                    "-o", "addopts=", "-p", "no:terminal", "--capture=no",
                    "--benchmark-warmup=on",
                    f"--benchmark-warmup-iterations={t['warmup_iterations']}",
