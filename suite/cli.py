@@ -114,7 +114,7 @@ def conformance_args(args: argparse.Namespace, json_path: Optional[str]) -> List
     # its lines per implementation name those (summary.outcome_lines), the results file
     # keeps each case's reason. The later -r wins over an ini file's addopts.
     # The command imported suite before pytest starts, which pytest warns it cannot rewrite.
-    from suite.pytest_plugin import only_plugins
+    from suite.plugins.selection import only_plugins
 
     out = ["--pyargs", "suite.conformance.tests", *only_plugins(*RUN_PLUGINS), "-q", "-rfE",
            "-W", "ignore::pytest.PytestAssertRewriteWarning",

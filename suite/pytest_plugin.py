@@ -18,18 +18,6 @@ from suite.plugins.selection import Selection, add_impl_plugin
 from suite.timeouts import TIMED_OUT, Timeout, timed_out  # noqa: F401  (their home until now)
 
 
-def only_plugins(*names: str) -> List[str]:
-    """pytest arguments that load the suite's plugin and ``names`` (module names) and no
-    other: pytest otherwise imports, in the run and in each xdist worker, every plugin an
-    installed package registers (executorch's hydra-core and kgb, anyio): a one-case numpy
-    check took 4.9 s of CPU with them, 1.8-2.2 s without. A user's own:
-    ``-- -p NAME`` after the suite's arguments."""
-    out = ["--disable-plugin-autoload", "-p", "suite.pytest_plugin", "-p", "no:cacheprovider"]
-    for name in names:
-        out += ["-p", name]
-    return out
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mha-suite", "MHA implementations under test")
     add_impl_plugin(group)

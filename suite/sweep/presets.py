@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
     # name the device prefixes, so the selection's devices stay empty here.
     session = SweepSession(spec, Selection(impl=tuple(args.impl), plugins=tuple(args.plugin)))
     t = spec["timing"]
-    from suite.pytest_plugin import only_plugins
+    from suite.plugins.selection import only_plugins
 
     pytest_args = ["--pyargs", "suite.sweep.benchmarks",
                    *only_plugins("pytest_benchmark.plugin", "pytest_timeout"),
