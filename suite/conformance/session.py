@@ -341,10 +341,9 @@ class ConformanceSession:
             chosen.append(_cover.Item(item.name, entry.impl, entry.name, device, dtype,
                                       family(item), case_name(item)))
         if cover:
-            steady = [g for g in self.known if not self.intermittent(g)]
-            keep = _cover.choose(chosen, steady, MASK_FORMS)
-            self.left_known = set(_cover.left_entries(
-                chosen, keep, [g for g in self.known if self.intermittent(g)]))
+            flaky = [g for g in self.known if self.intermittent(g)]
+            keep = _cover.choose(chosen, [g for g in self.known if g not in flaky], MASK_FORMS)
+            self.left_known = set(_cover.left_entries(chosen, keep, flaky))
         else:
             from suite.conformance.sample import sampled
 
