@@ -41,7 +41,8 @@ and every run):
 Known library behaviours (``suite.plugins.known_behaviours``) follow conditions, not ids: the sample's lanes
 and special-value cases reach them, and ``--strict-declarations`` fails a run where one held
 and was never needed. Property-based cases run the sample's number of examples, one for a
-per-shape compiler or an interpreted kernel (derandomised, the smallest shapes first: the
+per-shape compiler or an interpreted kernel, three where a built-in's code generator
+compiles each shape (``compile_path``) (derandomised, the smallest shapes first: the
 entries on one-element problems still show); one that a known-failure entry lists (not
 ``{intermittent}``) runs its full count, stopping at its first failure, since the draw that
 shows it may not be the first.
@@ -57,9 +58,6 @@ from suite.conformance.sample import examples as sample_examples
 from suite.plugins.interface import declared, is_builtin
 
 PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
-# Property-based examples in CI's selection for a per-shape compiler or an interpreted kernel
-# (a compile each, in each of its dtypes; the derandomised first draw is the smallest shape).
-COVER_EXAMPLES_COMPILED = 1
 # Families whose cases CI's selection runs in one dtype per implementation (float32 where it
 # has one), and those it runs in every dtype (where a dtype's width or range is the point).
 ONE_DTYPE_FAMILIES = ("dropout",)
@@ -239,7 +237,7 @@ def left_counts(items: Sequence[Item], keep: Sequence[bool]) -> Dict[str, Dict[s
 
 
 def examples(impl: object, device: str, full: int) -> int:
-    """Property-based examples for ``impl`` in CI's selection (at most ``full``)."""
-    if compiles_per_shape(impl, device):
-        return min(full, COVER_EXAMPLES_COMPILED)
+    """Property-based examples for ``impl`` in CI's selection (at most ``full``): the main
+    job's (``suite.conformance.sample.examples``: one for a per-shape compiler or an
+    interpreted kernel, three where a code generator compiles each shape)."""
     return sample_examples(impl, device, full)

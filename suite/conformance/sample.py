@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from suite.plugins.declarations import WINDOW_FORMS
-from suite.plugins.interface import declared, interpreted
+from suite.plugins.interface import declared, interpreted, is_builtin
 
 # family -> case names, first = the one a per-shape compiler runs.
 SAMPLE: Dict[str, Tuple[str, ...]] = {
@@ -69,9 +69,14 @@ SAMPLE: Dict[str, Tuple[str, ...]] = {
 # mask_forms: this many of a plugin's declared forms, spread evenly over them in MASK_FORMS
 # order (from the 4-D broadcasts through 2-D and 3-D masks to padding masks and flags).
 MASK_FORMS_SAMPLED = 3
-# Property-based examples in the main job, when ``--hypothesis-examples`` is not given.
+# Property-based examples in the main job, when ``--hypothesis-examples`` is not given (the
+# draws are derandomised, the smallest shapes first): 10; 3 on a plugin whose kernels a code
+# generator compiles for each new shape (a built-in ``compile_path``: XLA, an exporter or a
+# converter, about a second a shape cold: jax.jit's 10 took 13 s in CI's selection); 1 on a
+# per-shape compiler or an interpreted kernel (5-30 s a shape cold: torch.flex's 3 took 33 s).
 SAMPLE_EXAMPLES = 10
-SAMPLE_EXAMPLES_COMPILED = 3
+SAMPLE_EXAMPLES_COMPILE_PATH = 3
+SAMPLE_EXAMPLES_COMPILED = 1
 
 
 def compiles_per_shape(impl: object, device: str) -> bool:
@@ -129,9 +134,13 @@ def sweep_left_out(impl: object, device: str, point: Any, spec: Dict[str, Any]
 
 
 def examples(impl: object, device: str, full: int) -> int:
-    """Property-based examples for ``impl`` in the main job (at most ``full``)."""
-    return min(full, SAMPLE_EXAMPLES_COMPILED if compiles_per_shape(impl, device)
-               else SAMPLE_EXAMPLES)
+    """Property-based examples for ``impl`` in the main job and CI's selection (at most
+    ``full``)."""
+    if compiles_per_shape(impl, device):
+        return min(full, SAMPLE_EXAMPLES_COMPILED)
+    if declared(impl, "compile_path") and is_builtin(type(impl)):
+        return min(full, SAMPLE_EXAMPLES_COMPILE_PATH)
+    return min(full, SAMPLE_EXAMPLES)
 
 
 def left_line(left: Dict[str, Dict[str, int]], by: str = "the main job's sample"
