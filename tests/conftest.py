@@ -41,6 +41,17 @@ _share_compile_caches()
 PLUGINS = ROOT / "tests" / "plugins"
 
 
+def conformance_plugins() -> list:
+    """pytest's plugin arguments for a conformance run a test starts with ``python -m pytest``:
+    those ``mha-suite check`` loads (``suite.cli.RUN_PLUGINS``) and no other, as its runs do:
+    every plugin an installed package registers (executorch's hydra-core and kgb, anyio)
+    costs each such process about 3 s of imports."""
+    from suite.cli import RUN_PLUGINS
+    from suite.plugins.selection import only_plugins
+
+    return only_plugins(*RUN_PLUGINS)
+
+
 def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``mha-suite`` in a subprocess, as a user would."""
     full_env = {**os.environ, **(env or {})}

@@ -11,7 +11,7 @@ import pytest
 
 from suite.conformance.summary import matrix_lines
 from suite.plugins.interface import INTERPRETED_CPU, interpreted
-from tests.conftest import ROOT
+from tests.conftest import ROOT, conformance_plugins
 
 TINY = ["--preset", "ci", "--lengths", "16", "--heads", "1", "--mask", "none", "--head-dim", "8",
         "--max-time", "0.01", "--min-rounds", "2"]
@@ -83,7 +83,7 @@ def test_planted_splash_mask_mapping_bugs_fail_under_the_interpreter(tmp_path):
                         for bug, (_, _, case) in SPLASH_BUGS.items())
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-         "-p", "no:cacheprovider", "--conformance-json", str(out), *args, "--dtype", "float32",
+         *conformance_plugins(), "--conformance-json", str(out), *args, "--dtype", "float32",
          "-k", f"test_case and ({cases})"],  # about 45 s on 2 cores
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -13,7 +13,7 @@ from suite.conformance.families import contracts
 from suite.conformance.judge import Outcome
 from suite.plugins.declarations import Contract
 from suite.plugins.interface import check_interface
-from tests.conftest import PLUGINS, ROOT, planted
+from tests.conftest import PLUGINS, ROOT, conformance_plugins, planted
 
 FILE = PLUGINS / "option_contracts.py"
 
@@ -86,7 +86,7 @@ def test_conformance_records_contracts_like_other_cases(tmp_path):
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-         "-p", "no:cacheprovider", "-n", "0", "--conformance-json", str(out), "--plugin",
+         *conformance_plugins(), "-n", "0", "--conformance-json", str(out), "--plugin",
          str(FILE), "--impl", "bug.fp32_softmax_ignored", "--impl", "ok.fp32_softmax",
          "-k", "test_contract"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     doc = json.loads(out.read_text())

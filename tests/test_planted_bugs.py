@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PLUGINS, ROOT
+from tests.conftest import PLUGINS, ROOT, conformance_plugins
 
 BUGS = {  # file -> (implementation, the family that must catch it, its -k, or None: all cases)
     # The family that must catch it, not every case: the assertions read that family's
@@ -45,7 +45,7 @@ def conformance(tmp_path, *args: str) -> tuple[int, dict]:
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-         "-p", "no:cacheprovider", "--conformance-json", str(out), *args],
+         *conformance_plugins(), "--conformance-json", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.returncode, json.loads(out.read_text())

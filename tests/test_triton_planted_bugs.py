@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, conformance_plugins
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -97,7 +97,7 @@ def interpreted(tmp_path_factory):
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-         "-p", "no:cacheprovider", "--conformance-json", str(out), *args,
+         *conformance_plugins(), "--conformance-json", str(out), *args,
          "--dtype", "float32", "-k", " or ".join(keywords)],
         capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

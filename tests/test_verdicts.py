@@ -14,7 +14,7 @@ import pytest
 
 from suite.conformance import judge
 from suite.conformance.cases import get
-from tests.conftest import PLUGINS, ROOT
+from tests.conftest import PLUGINS, ROOT, conformance_plugins
 from tests.test_planted_bugs import conformance
 
 POLICIES = str(PLUGINS / "policies.py")
@@ -29,7 +29,7 @@ def _run(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "conformance.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-         "-p", "no:cacheprovider", "--plugin", POLICIES, "--dtype", "float32",
+         *conformance_plugins(), "--plugin", POLICIES, "--dtype", "float32",
          "--conformance-json", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -263,7 +263,7 @@ def test_verdicts_do_not_change_with_the_thread_count(tmp_path):
         full = {k: v for k, v in os.environ.items() if k not in SERIAL} | env
         runs.append((out, (
             [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-q",
-             "-p", "no:cacheprovider", "--conformance-json", str(out), "-k",
+             *conformance_plugins(), "--conformance-json", str(out), "-k",
              # the problems large enough for a kernel to split a reduction by thread count
              # (the other shapes cases are at most 12 x 12 per head: one block, any count)
              "shapes/odd_lengths or numerics or masking/combined or gradient",
@@ -331,7 +331,7 @@ def test_conformance_on_xdist_gateways_keeps_its_records(tmp_path):
 
     out = tmp_path / "tx.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "--pyargs", "suite.conformance.tests", *conformance_plugins(),
          "-q", "--tx", f"2*popen//python={sys.executable}", "--dist", "loadgroup", "--impl",
          "numpy", "--dtype", "float32", "-k", "masking", "--conformance-json", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900)
