@@ -336,3 +336,31 @@ def test_the_spread_calibration_runs_the_reference_inside_its_band(capsys):
     widest = max(float(line.split("half-width ")[1].split("-")[1].rstrip(",").split(",")[0])
                  for line in lines)
     assert widest > 0.1, lines
+
+
+def test_a_model_config_without_the_problems_attention_dropout_is_unsupported_in_training():
+    """A subclass of a built-in model that inherits the core's ``dropout`` but whose config
+    keeps the attention's dropout at 0 (a recipe written before the core declared it) would
+    fail a correct model for "no spread": it is unsupported in training mode, in one line
+    naming the config's field; eval mode (dropout None) and a rate of 0 still run."""
+    from suite.plugins.interface import Unsupported, call, expressible
+
+    base = _hf("hf.model.llama[sdpa]")
+
+    def config(self, p):
+        c = base.config(self, p)
+        c.attention_dropout = 0.0  # what the recipe's config left
+        return c
+
+    forgot = _planted(base, "planted.no_config_dropout", config=config)
+    p = _square(forgot, 1, 0.5)
+    with pytest.raises(Unsupported, match=r"attention dropout \(attention_dropout=0\.0\) is not "
+                                          r"the problem's"):
+        call(forgot, expressible(forgot, p), "cpu", "float32")
+    out = _judge_square(forgot, p)
+    assert out.outcome == "unsupported" and "attention_dropout(p)" in out.reason, out.reason
+    for rate in (None, 0.0):  # eval mode, and training mode that drops nothing
+        q = dataclasses.replace(p, dropout=rate)
+        assert call(forgot, expressible(forgot, q), "cpu", "float32").output is not None
+    out = _judge_square(base(), p)  # the built-in's config passes the rate
+    assert out.outcome == "pass", out.reason

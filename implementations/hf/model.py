@@ -76,6 +76,34 @@ def attention_dropout(p: Problem) -> float:
     return 0.0 if p.dropout is None else float(p.dropout)
 
 
+# Where transformers' configs keep the attention's dropout rate (most models; GPT-2's; BERT's).
+DROPOUT_FIELDS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+
+
+def check_config_dropout(config: Any, p: Problem) -> None:
+    """A training-mode problem needs a config whose attention dropout is the problem's: a
+    subclass that inherits the core's ``dropout`` feature but whose ``config`` never sets
+    the rate (written before the core declared it) would run the family's cases with no
+    dropout at all and fail a correct model, so it is unsupported, saying what to set. A
+    config with none of ``DROPOUT_FIELDS`` is left to the cases."""
+    if p.dropout is None:
+        return
+    found = {f: getattr(config, f) for f in DROPOUT_FIELDS if hasattr(config, f)}
+    if found and not any(_rate(v) == float(p.dropout) for v in found.values()):
+        said = ", ".join(f"{k}={v!r}" for k, v in found.items())
+        raise Unsupported(
+            f"training mode (dropout {p.dropout}): the config's attention dropout ({said}) is "
+            f"not the problem's: config(p) passes attention_dropout(p) "
+            f"(implementations.hf.model), or the name leaves 'dropout' out of its features")
+
+
+def _rate(value: Any) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class SeededDropout:
     """Training mode for a torch module plugin: ``seed_dropout`` gives the prepared state
     this draw's seed (training mode only), and the forward runs with torch's RNG seeded by
@@ -155,8 +183,10 @@ class HFModelCore(SeededDropout, TorchModuleCore):
         return problem.L
 
     def build(self, p: Problem) -> torch.nn.Module:
+        config = self.config(p)
+        check_config_dropout(config, p)
         model = transformers.AutoModel.from_config(
-            self.config(p), attn_implementation=ATTN_IMPLEMENTATIONS[self.attn])
+            config, attn_implementation=ATTN_IMPLEMENTATIONS[self.attn])
         if self.layers.get("o") is None:  # the canonical output projection, after the layer
             model.out_linear = torch.nn.Linear(p.E, p.E, bias=True)
         return model.double()  # float64 before the canonical weights go in (no rounding)
