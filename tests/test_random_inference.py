@@ -31,6 +31,7 @@ sys.path.insert(0, str(PLUGINS))
 import decode_planted  # noqa: E402  (tests/plugins, as --plugin loads it)
 import packed_planted  # noqa: E402
 import paged_planted  # noqa: E402
+import score_mod_planted  # noqa: E402
 
 EVERY = frozenset(NumpyMHA.features)
 QUICK = settings(max_examples=300, database=None, deadline=None,
@@ -44,7 +45,8 @@ def form_of(p) -> str:
 
 
 @pytest.mark.parametrize("form", ["decode", "packed", "paged"])
-@pytest.mark.parametrize("variant", ["softcap", "alibi", "rel_bias", "sinks", "value_width"])
+@pytest.mark.parametrize("variant", ["softcap", "alibi", "rel_bias", "sinks", "score_mod",
+                                     "value_width"])
 def test_each_form_draws_each_declared_variant(form, variant):
     def has(p):
         return p.V != p.D if variant == "value_width" else getattr(p, variant) is not None
@@ -101,7 +103,10 @@ def test_a_plugin_without_a_form_is_refused_with_the_reason():
                                     packed_planted.PackedDropsCap,
                                     packed_planted.BoundaryOneLate,
                                     paged_planted.VariantsDroppedWhenPaged,
-                                    paged_planted.ReadsWholePages])
+                                    paged_planted.ReadsWholePages,
+                                    score_mod_planted.DecodeDropsScoreMod,
+                                    score_mod_planted.PackedDropsScoreMod,
+                                    score_mod_planted.ScoreModAtRowIndices])
 def test_the_draws_alone_reach_a_planted_bug_the_reference_passes(plugin):
     """Without the examples run first, some draw fails each planted plugin (wrong in one
     form, right in prefill) where numpy passes the same problem."""

@@ -88,8 +88,16 @@ def draw_variants(draw, p, features: frozenset, rng: np.random.Generator,
     """``p`` with each score variant ``features`` declares drawn in (or not): a cap in
     [1, 30], ALiBi's slopes in a drawn convention and alignment (one of ``aligns``, default
     every one), sinks ~ N(0, 2^2), a relative table (T5's or a clipped distance, either
-    direction)."""
-    from suite.spec.variants import ALIBI_CONVENTIONS, ALIGNS, Alibi, RelBias, alibi_slopes
+    direction), one of the suite's score modifiers (``SCORE_MODS``: they read the positions
+    each form places its rows at)."""
+    from suite.spec.variants import (
+        ALIBI_CONVENTIONS,
+        ALIGNS,
+        SCORE_MODS,
+        Alibi,
+        RelBias,
+        alibi_slopes,
+    )
 
     aligns = ALIGNS if aligns is None else aligns
     out = {}
@@ -111,6 +119,8 @@ def draw_variants(draw, p, features: frozenset, rng: np.random.Generator,
             n = 2 * far + 1 if both else far + 1
         out["rel_bias"] = RelBias(1.5 * rng.standard_normal((p.H, n)), bucketing, both, far,
                                   draw(st.sampled_from(aligns)))
+    if "score_mod" in features and draw(st.booleans()):  # drawn last: the draws above stay
+        out["score_mod"] = SCORE_MODS[draw(st.sampled_from(sorted(SCORE_MODS)))]
     return dataclasses.replace(p, **out) if out else p
 
 
