@@ -32,7 +32,7 @@ def test_every_family_is_sampled_and_a_per_shape_compiler_takes_the_first_of_eac
 def test_property_based_examples_fall_with_what_a_new_shape_costs():
     """Ten draws on an eager plugin, three where a built-in's code generator compiles each
     shape (``compile_path``: XLA's jit, an exporter), one on a per-shape compiler or an
-    interpreted kernel; never more than the full count; CI's selection takes the same."""
+    interpreted kernel; never more than the full count (CI's selection calls the same)."""
     jit_builtin = type("Jit", (), {"compile_path": "XLA", "__module__": "implementations.x"})()
     users_jit = type("UsersJit", (), {"compile_path": "XLA", "__module__": "my_plugin"})()
     counts = {name: sample.examples(impl, device, 25) for name, impl, device in [
@@ -42,9 +42,6 @@ def test_property_based_examples_fall_with_what_a_new_shape_costs():
                       "users_jit": sample.SAMPLE_EXAMPLES, "compiler": 1, "interpreted": 1}
     assert sample.SAMPLE_EXAMPLES > sample.SAMPLE_EXAMPLES_COMPILE_PATH > 1
     assert sample.examples(jit_builtin, "cpu", 2) == 2  # at most the full count
-    from suite.conformance import cover
-    assert cover.examples(jit_builtin, "cpu", 25) == counts["jit"]
-    assert cover.examples(COMPILER, "cpu", 25) == 1
 
 
 def test_mask_forms_sample_spreads_over_the_declared_forms():

@@ -54,7 +54,6 @@ import fnmatch
 from typing import Dict, Iterable, List, NamedTuple, Sequence
 
 from suite.conformance.sample import SAMPLE, compiles_per_shape, counted, sampled
-from suite.conformance.sample import examples as sample_examples
 from suite.plugins.interface import declared, is_builtin
 
 PER_ENTRY = 1  # cases kept per known-failure entry (the sample's first, else the first by id)
@@ -235,9 +234,3 @@ def left_counts(items: Sequence[Item], keep: Sequence[bool]) -> Dict[str, Dict[s
             fams[it.family] = fams.get(it.family, 0) + 1
     return left
 
-
-def examples(impl: object, device: str, full: int) -> int:
-    """Property-based examples for ``impl`` in CI's selection (at most ``full``): the main
-    job's (``suite.conformance.sample.examples``: one for a per-shape compiler or an
-    interpreted kernel, three where a code generator compiles each shape)."""
-    return sample_examples(impl, device, full)

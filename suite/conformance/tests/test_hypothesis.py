@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E40
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import FlakyFailure  # noqa: E402
 
-from suite.conformance import cover  # noqa: E402
 from suite.conformance.judge import FAILED, Outcome, run_problem  # noqa: E402
 from suite.conformance.sample import examples  # noqa: E402
 from suite.plugins.interface import declared, interpreted  # noqa: E402
@@ -343,7 +342,7 @@ def example_count(request, target, listed_to_show: bool) -> int:
         # CI's: fewer, one for a per-shape compiler. A listed known failure keeps its
         # full count: the draw that shows it may not be the first, and a strict run that
         # stopped short would call a standing entry stale (it stops at its first failure).
-        return cover.examples(target[0].impl, target[1], n)
+        return examples(target[0].impl, target[1], n)
     return n
 
 
