@@ -174,7 +174,7 @@ def test_the_plugin_is_handed_the_pool_as_the_only_copy(case):
 
 # The paged cases that carry a score variant (issue 50).
 VARIANT_CASES = {"softcap_one_row", "sinks_gqa", "alibi_rows_at_offsets", "sinks_window",
-                 "softcap_agrees_with_unpaged"}
+                 "score_mod_rows_at_offsets", "softcap_agrees_with_unpaged"}
 
 
 @pytest.mark.parametrize("bug, passes", [
@@ -183,7 +183,7 @@ VARIANT_CASES = {"softcap_one_row", "sinks_gqa", "alibi_rows_at_offsets", "sinks
     ("FixedPageSize", {"shared_prefix", "one_row_shuffled", "block_boundary", "gqa",
                        "few_rows", "rows_at_offsets", "length_ends_mid_page",
                        "shared_block_tail", "softcap_one_row", "alibi_rows_at_offsets",
-                       "sinks_window"}),
+                       "sinks_window", "score_mod_rows_at_offsets"}),
     # only a block shared past one sequence's length is written under another
     ("WritesSharedBlock", {c.name for c in PAGED} - {"shared_prefix", "shared_block_tail"}),
     # the pool never opened: the logical key and value it is handed beside it are garbage
@@ -225,14 +225,18 @@ ONE_ROW_AT_THE_END = {"shared_prefix", "one_row_shuffled", "wide_pages", "page_n
 ])
 def test_the_pallas_paged_kernels_read_the_pool_through_their_table(kernel, dtype):
     """JAX's Pallas paged_attention kernels, interpreted: every case of one row at its
-    cache's end passes; rows at offsets or several rows are unsupported, with the reason."""
+    cache's end passes, Gemma 2's cap included; rows at offsets or several rows are
+    unsupported, with the reason, and so are the variants the kernels take no argument for."""
     pytest.importorskip("jax")
     from implementations.kernels import pallas as pallas_attention
 
     impl = getattr(pallas_attention, kernel)()
     for c in PAGED:
         out = _run_interpreted(impl, c.name, dtype)
-        if c.problem().has_variants():  # the kernels take no cap, sinks or ALiBi
+        p = c.problem()
+        if c.name == "softcap_one_row":  # the cap is the kernels' attn_logits_soft_cap
+            assert out.outcome == "pass", (c.name, out.reason)
+        elif p.has_variants() and p.softcap is None:  # no sinks, ALiBi or score_mod
             assert out.outcome == "unsupported" and "needs" in out.reason, \
                 (c.name, out.outcome, out.reason)
         elif c.name in ONE_ROW_AT_THE_END:
@@ -261,3 +265,22 @@ def test_the_pallas_paged_kernels_are_given_the_table_not_the_logical_cache(kern
 
     out = _run_interpreted(Shifted(), "one_row_shuffled", dtype)
     assert out.outcome == "fail", (out.outcome, out.reason)
+
+
+@pytest.mark.parametrize("kernel, dtype", [("PallasTpuPaged", "bfloat16"),
+                                           ("PallasGpuPaged", "float32")])
+def test_a_pallas_paged_kernel_called_without_its_cap_fails(kernel, dtype):
+    """The kernels' own attn_logits_soft_cap computes the cap (#50 item 3): the same plugin
+    that leaves it out fails the capped case (its uncapped answer is 1.8 off)."""
+    pytest.importorskip("jax")
+    from implementations.kernels import pallas as pallas_attention
+
+    class Uncapped(getattr(pallas_attention, kernel)):
+        name = "bug.pallas_paged_uncapped"
+
+        def check_shapes(self, problem, device):
+            super().check_shapes(problem, device)
+            self.softcap = None
+
+    out = _run_interpreted(Uncapped(), "softcap_one_row", dtype)
+    assert out.outcome == "fail", out.reason

@@ -48,14 +48,16 @@ NUMPY = {  # plugin: (the variant's prefill cases, {family: the cases it must fa
     # (the score modifier's i is the same position: from row 0 too)
     decode_planted.AlibiAtZero: ("alibi", {
         "decode": {"alibi_few_rows", "rel_t5_one_row", "score_mod_at_offset"},
-        "paged": {"alibi_rows_at_offsets"}}),
+        "paged": {"alibi_rows_at_offsets", "score_mod_rows_at_offsets"}}),
+    score_mod_planted.PagedScoreModAtPoolSlots: ("score_mod", {
+        "paged": {"score_mod_rows_at_offsets"}}),
     packed_planted.PackedDropsCap: ("softcap", {
         "packed": {"softcap_causal_docs", "softcap_agrees_with_padded"}}),
     score_mod_planted.ScoreModAtRowIndices: ("score_mod", {
-        "decode": {"score_mod_at_offset"},
+        "decode": {"score_mod_at_offset"}, "paged": {"score_mod_rows_at_offsets"},
         "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}}),
     score_mod_planted.DecodeDropsScoreMod: ("score_mod", {
-        "decode": {"score_mod_at_offset"},
+        "decode": {"score_mod_at_offset"}, "paged": {"score_mod_rows_at_offsets"},
         "generation": {"score_mod_steps", "score_mod_agrees_with_prefill"}}),
 }
 # The families each planted plugin runs: generation where a score modifier is at stake.

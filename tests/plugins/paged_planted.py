@@ -86,5 +86,5 @@ class VariantsDroppedWhenPaged(NumpyMHA):
     def prepare(self, problem, device, dtype, **kw):
         if problem.paging is not None:
             problem = dataclasses.replace(problem, softcap=None, sinks=None, alibi=None,
-                                          rel_bias=None)
+                                          rel_bias=None, score_mod=None)
         return super().prepare(problem, device, dtype, **kw)

@@ -17,9 +17,11 @@ per sequence masked by its length alone, no causal mask (vLLM's form), so that o
 length hides the tail of a sequence's last page (garbage, or another sequence's tokens in a
 shared block); and one module's paged and unpaged reads of one cache agreeing
 (``agrees_with_unpaged``); with a score variant (issue 50): a cap, sinks with GQA, ALiBi at
-rows inside the cache, sinks beside a sliding window (gpt-oss's windowed layers), and the
-paged and unpaged reads agreeing under a cap. The plugin is handed the pool as the only copy of the cache
-(``suite.spec.paging.pool_only``): the logical key and value it also gets hold garbage.
+rows inside the cache, sinks beside a sliding window (gpt-oss's windowed layers), a score
+modifier that reads positions at rows inside the cache (its j a key's logical slot, never
+where the pool holds it), and the paged and unpaged reads agreeing under a cap. The plugin
+is handed the pool as the only copy of the cache (``suite.spec.paging.pool_only``): the
+logical key and value it also gets hold garbage.
 
 A plugin without ``paged`` reports every case unsupported (``suite.spec.paging`` says why).
 ``suite.conformance.cases`` registers ``BUILDERS`` into its ``CASES`` (this module does not import it).
@@ -36,7 +38,7 @@ from suite.conformance.families.declare import family
 from suite.conformance.families.decode import decode_problem
 from suite.spec.paging import Paging, blocks_used, lengths_of
 from suite.spec.problem import Mask, Problem
-from suite.spec.variants import Alibi, alibi_slopes
+from suite.spec.variants import SCORE_MODS, Alibi, alibi_slopes
 
 FAMILY = "paged"
 BUILDERS, case = family(FAMILY)  # (name, seed -> problem, Case keywords), in order
@@ -244,6 +246,18 @@ def _sinks_window(seed):
     (the window's first key inside a page, and a sequence shorter than the window)."""
     p = paged(decode_problem(seed, 1, [14, 9, 3], window=5, input_scale=2.0), seed, 4)
     return dataclasses.replace(p, sinks=2.0 * np.random.default_rng(seed + 4).standard_normal(4))
+
+
+@case("score_mod_rows_at_offsets")
+def _score_mod_rows_at_offsets(seed):
+    """A score modifier over a paged cache (FlexAttention's paged attention converts its
+    score_mod's physical key index back to the logical one): the suite's position_wave,
+    which reads positions as they are, two rows per sequence at offsets 5, 9 and 0 inside
+    caches filled to 15, 12 and 6 on shuffled pages of 4 (inputs x2). Its i is each row's
+    position and its j the key's slot in its own sequence: a kernel that hands it the slot
+    in the pool, or the row's index within the query, moves every modified score."""
+    p = paged(decode_problem(seed, 2, [15, 12, 6], [5, 9, 0], input_scale=2.0), seed, 4)
+    return dataclasses.replace(p, score_mod=SCORE_MODS["position_wave"])
 
 
 @case("softcap_agrees_with_unpaged", judge=_judge_unpaged)
