@@ -1,6 +1,7 @@
 """The dropout family (#39 item 5): training mode judged by the draws' mean and spread."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def _builtin(name):
 @pytest.mark.parametrize("case", DROPOUT)
 def test_the_references_pass(impl, case):
     out = run_catalog_case(_builtin(impl), "dropout", case, "float32")
-    if impl == "torch.nn" and case == "gqa":  # nn.MultiheadAttention has no GQA
+    if impl == "torch.nn" and case in ("gqa", "independent_draws_gqa"):  # no GQA in nn.MHA
         assert out.outcome == "unsupported" and "gqa" in out.reason, out.reason
     else:
         assert out.outcome == "pass", out.reason
@@ -56,6 +57,7 @@ def test_the_references_pass(impl, case):
     ("OneMaskForAllHeads", ["independent_draws"]),
     ("RepeatsEvery", ["independent_draws"]),
     ("RepeatsEvery50", ["independent_draws"]),
+    ("OneMaskPerKVGroup", ["independent_draws_gqa"]),
 ])
 def test_planted_dropout_bugs_fail(bug, cases):
     impl = getattr(planted("dropout_planted"), bug)()
@@ -64,27 +66,38 @@ def test_planted_dropout_bugs_fail(bug, cases):
         assert out.outcome == "fail", (bug, case, out.outcome)
 
 
-@pytest.mark.parametrize("bug, statistic", [
-    ("OneMaskForTheBatch", "batch"), ("OneMaskForAllHeads", "heads"),
-    ("RepeatsEvery50", "call+50")])
-def test_a_related_mask_fails_by_the_statistic_that_names_it(bug, statistic):
+@pytest.mark.parametrize("bug, statistic, case", [
+    ("OneMaskForTheBatch", "batch", "independent_draws"),
+    ("OneMaskForAllHeads", "heads", "independent_draws"),
+    ("RepeatsEvery50", "call+50", "independent_draws"),
+    ("OneMaskPerKVGroup", "heads", "independent_draws_gqa")])
+def test_a_related_mask_fails_by_the_statistic_that_names_it(bug, statistic, case):
     """Each planted relation passes the per-element mean and spread of the twinned problem
     and fails its own correlation, which the verdict names with its value (a cycle of two
     masks fails the mean already: test_planted_dropout_bugs_fail)."""
     impl = getattr(planted("dropout_planted"), bug)()
-    out = run_catalog_case(impl, "dropout", "independent_draws", "float32")
+    out = run_catalog_case(impl, "dropout", case, "float32")
     assert out.outcome == "fail" and f"{statistic} 1" in out.reason, out.reason
     assert "drew related masks" in out.reason, out.reason
+
+
+def test_a_mask_per_kv_group_passes_every_case_without_gqa():
+    """The mask shared by a group's query heads is right where every head is its own group:
+    only the GQA twins show it (and the per-element statistics of ``gqa`` do not)."""
+    impl = planted("dropout_planted").OneMaskPerKVGroup()
+    for case in ("independent_draws", "mean_and_spread", "gqa"):
+        out = run_catalog_case(impl, "dropout", case, "float32")
+        assert out.outcome == "pass", (case, out.reason)
 
 
 def test_twins_are_twins():
     """The twinned problem's eval-mode output: item 1 equals item 0, head 1's block head
     0's and head 3's head 2's, so any correlation of their draws comes from the masks."""
-    from suite.conformance.families.dropout import _independent_draws
+    from suite.conformance.families.dropout import _independent_draws, _independent_draws_gqa
     from suite.spec import oracle
 
-    for square in (None, 8):
-        p = dataclasses.replace(_independent_draws(5, square=square), dropout=None)
+    for square, build in itertools.product((None, 8), (_independent_draws, _independent_draws_gqa)):
+        p = dataclasses.replace(build(5, square=square), dropout=None)
         out, _ = oracle.oracle(p)
         V = p.E // p.H
         np.testing.assert_array_equal(out[0], out[1])

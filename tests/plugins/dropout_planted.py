@@ -69,6 +69,24 @@ class OneMaskForAllHeads(_Dropped):
         return np.where(keep, w / (1 - p), 0)
 
 
+class OneMaskPerKVGroup(_Dropped):
+    """Draws one mask per key/value head and shares it with the query heads of its group (a
+    grouped kernel that indexes its random stream by the key/value head): right without
+    GQA, related masks within each group with it."""
+
+    name = "bug.dropout_one_mask_per_kv_group"
+
+    def prepare(self, problem, device, dtype, **kw):
+        self._kv_heads = problem.K
+        return super().prepare(problem, device, dtype, **kw)
+
+    def drop(self, w, p):
+        B, H, L, S = w.shape
+        K = self._kv_heads
+        keep = np.repeat(self.draws().random((B, K, L, S)) >= p, H // K, axis=1)
+        return np.where(keep, w / (1 - p), 0)
+
+
 class OnTheOutput(_Dropped):
     """Drops whole output rows of a head (the head output) instead of weights."""
 

@@ -245,10 +245,14 @@ def twinned(p: Problem) -> Problem:
     = head 0, head 3 = head 2, in their query, key and value projections and the output
     bias) and the identity as output projection, so each head's output is its own block
     of the output: what two independent masks give two twins is uncorrelated, one mask
-    shared gives them the same draws. Needs B >= 2, H = K = 4, E = H * head width."""
-    if p.B < 2 or p.H != 4 or p.K != p.H or p.E != p.H * p.D:
-        raise ValueError(f"twinned: expected B >= 2, H = K = 4, E = H * D, got B={p.B}, "
-                         f"H={p.H}, K={p.K}, E={p.E}, D={p.D}")
+    shared gives them the same draws. Needs B >= 2, H = 4, E = H * head width, and K = 4
+    or K = 2: with two key/value heads the pairs are the query heads of one group (heads 0
+    and 1 read key/value head 0, 2 and 3 head 1), so only their query projections are
+    twinned, and a mask drawn per key/value head and shared by its group gives them the
+    same draws."""
+    if p.B < 2 or p.H != 4 or p.K not in (2, 4) or p.E != p.H * p.D:
+        raise ValueError(f"twinned: expected B >= 2, H = 4, K = 4 or 2, E = H * D, got "
+                         f"B={p.B}, H={p.H}, K={p.K}, E={p.E}, D={p.D}")
 
     def twin_items(a: np.ndarray) -> np.ndarray:
         a = a.copy()
@@ -268,8 +272,10 @@ def twinned(p: Problem) -> Problem:
     value = query if p.value is p.query else key if p.value is p.key else twin_items(p.value)
     w = p.weights
     weights = dataclasses.replace(
-        w, w_q=twin_heads(w.w_q, p.D), w_k=twin_heads(w.w_k, p.D), w_v=twin_heads(w.w_v, p.V),
-        b_q=twin_heads(w.b_q, p.D), b_k=twin_heads(w.b_k, p.D), b_v=twin_heads(w.b_v, p.V),
+        w, w_q=twin_heads(w.w_q, p.D), b_q=twin_heads(w.b_q, p.D),
+        **({} if p.K != p.H else dict(  # a group's query heads read one key/value head already
+            w_k=twin_heads(w.w_k, p.D), w_v=twin_heads(w.w_v, p.V),
+            b_k=twin_heads(w.b_k, p.D), b_v=twin_heads(w.b_v, p.V))),
         w_o=np.eye(p.H * p.V, p.E), b_o=twin_heads(w.b_o, p.V))
     return dataclasses.replace(p, query=query, key=key, value=value, weights=weights)
 
@@ -326,6 +332,15 @@ def _independent_draws(seed, square=None):
     (``correlations``) within RHO_MAX of 0: a mask shared by the batch items or by the heads,
     or repeated across calls, fails."""
     return twinned(dropout_problem(seed, 0.3, square=square))
+
+
+@case("independent_draws_gqa", judge=_judge_joint, square=8)
+def _independent_draws_gqa(seed, square=None):
+    """``independent_draws`` with two key/value heads for four query heads: the twin heads
+    are the two query heads of each group, so a kernel that draws its mask per key/value
+    head (a grouped kernel indexing its random stream by the head it loads keys for) and
+    shares it with the group's query heads fails ``heads``."""
+    return twinned(dropout_problem(seed, 0.3, K=2, square=square))
 
 
 # Score variants in training mode (issue 50): the models that train with attention dropout
