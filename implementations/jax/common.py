@@ -299,7 +299,8 @@ class JaxCore(_Compiled):
 
         # With gradients: forward + backward of sum(out * g) w.r.t. the inputs and weights x.
         fn, args = (with_vjp(fwd, (0,)), (x, dyn_mask, g)) if grad else (fwd, (x, dyn_mask))
-        key = (type(self), device, dtype, shape, p.steps, p.cache_len, scale, grad,
+        # (the cap: a kernel that takes one bakes it into its trace, as it does the scale)
+        key = (type(self), device, dtype, shape, p.steps, p.cache_len, scale, p.softcap, grad,
                tuple(sorted(static["kinds"])),
                static["causal_align"], static["form_name"], form_static,
                tuple((k, None if v is None else v.shape) for k, v in sorted(dyn_mask.items())

@@ -263,13 +263,14 @@ class PallasTpuSplash(PallasTpuCore):
     the sequence ids for queries and keys (padded keys -1), beside the causal or full mask.
     GQA through its MHA form (query head h reads kv head h // (H // K)) and MQA (K = 1)
     through its MQA form. Splash takes no scale: q is scaled before the kernel. No additive
-    bias: ``bias`` is not declared.
+    bias: ``bias`` is not declared. A cap (``Problem.softcap``) is the kernel's
+    ``attn_logits_soft_cap``, on the scaled logits, packed or not.
     """
 
     name = "pallas.tpu.splash"
     # Gradients through the kernel's custom VJP: its own Pallas backward kernels (dkv, then dq).
     features = frozenset({"valid_lens", "causal", "causal_bottom_right", "bool_mask", "cross",
-                          "gqa", "scale", "grad", "packed"})
+                          "gqa", "scale", "grad", "packed", "softcap"})
     # Splash's computed masks: LocalMask (a window, key lengths as its SegmentIds beside it)
     # and ChunkedCausalMask, built by ``_splash_form_mask``.
     mask_forms = frozenset({"local_window", "local_window+kv_lengths", "chunked_causal"})
@@ -353,9 +354,12 @@ class PallasTpuSplash(PallasTpuCore):
         blocks = self.block_sizes(Lp)
         make = sa.make_splash_mqa_single_device if problem.K == 1 else \
             sa.make_splash_mha_single_device
-        self.kernels = [make(m, block_sizes=blocks) for m in masks]
+        # Gemma 2's cap as the kernel's own attn_logits_soft_cap (cap * tanh(logits / cap) on
+        # the logits of the scaled q, before the mask), in a packed batch too.
+        self.kernels = [make(m, block_sizes=blocks, attn_logits_soft_cap=problem.softcap)
+                        for m in masks]
         digest = hashlib.sha1(repr((L, S, H, problem.K == 1, parts.causal,
-                                    requested_form(problem))).encode())
+                                    requested_form(problem), problem.softcap)).encode())
         for a in (parts.mask, self.segments, self.q_segments):
             digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         self._cache = self._caches.setdefault(digest.hexdigest(), {})  # the masks are static
@@ -497,11 +501,13 @@ class PallasTpuPaged(PallasTpuCore):
     """
 
     name = "pallas.tpu.paged"
-    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale"})
+    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale",
+                          "softcap"})
     repeat_kv = False  # the kernel reads K kv heads itself
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         check_paged_step(self.name, problem)
+        self.softcap = problem.softcap  # its attn_logits_soft_cap, on the scaled q's logits
 
     def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
                      scale: float, S: int):
@@ -510,7 +516,8 @@ class PallasTpuPaged(PallasTpuCore):
         out = paged_attention((q[:, :, 0] * scale).astype(q.dtype),  # (B, H, D)
                               k_pages.transpose(2, 0, 1, 3),  # (K, N, P, D)
                               v_pages.transpose(2, 0, 1, 3), lengths, block_table,
-                              pages_per_compute_block=1)  # (B, H, D)
+                              pages_per_compute_block=1,
+                              attn_logits_soft_cap=self.softcap)  # (B, H, D)
         return out[:, :, None]  # (B, H, 1, D)
 
 
@@ -527,12 +534,14 @@ class PallasGpuPaged(PallasCore):
 
     name = "pallas.gpu.paged"
     platform = "gpu"
-    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale"})
+    features = frozenset({"valid_lens", "causal", "decode", "paged", "cross", "gqa", "scale",
+                          "softcap"})
     repeat_kv = False  # the kernel reads K kv heads itself
     deviations = {"float32_dots": tf32_on_gpu("the kernel's float32 dots")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
         check_paged_step(self.name, problem)
+        self.softcap = problem.softcap  # its attn_logits_soft_cap, on the scaled q's logits
         P = problem.paging.page_size
         if not interpreted(device) and P & (P - 1):  # its Triton lowering's ValueError
             raise Unsupported(f"{self.name} compiled for a GPU takes pages of a power-of-two "
@@ -548,5 +557,6 @@ class PallasGpuPaged(PallasCore):
         out = pa.paged_attention((q[:, :, 0] * scale).astype(q.dtype),  # (B, H, D)
                                  k_pages.transpose(2, 0, 1, 3),  # (K, N, P, D)
                                  v_pages.transpose(2, 0, 1, 3), block_table, lengths,
-                                 k_splits=self.k_splits, interpret=self.interpret)  # (B, H, D)
+                                 k_splits=self.k_splits, interpret=self.interpret,
+                                 attn_logits_soft_cap=self.softcap)  # (B, H, D)
         return out[:, :, None]  # (B, H, 1, D)
