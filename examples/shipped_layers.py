@@ -20,7 +20,8 @@ from implementations.hf.transformers import DEVIATIONS
 
 class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RMSNorms, rope
     name = "mine.deepseek_v3_attention[shipped]"
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "weights"})
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "weights",
+                          "packed"})
     deviations = DEVIATIONS["eager"]  # transformers' eager mask: finfo.min, not -inf
 
     def build(self, p):
@@ -33,7 +34,7 @@ class LatentAttention(ShippedCore):  # DeepSeek-V3's MLA: q/kv latents, their RM
 
 class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, sdpa
     name, attn, rotary = "mine.llama_attention[shipped,sdpa]", "sdpa", True
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa"})
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "packed"})
     deviations = DEVIATIONS["sdpa"]
 
     def build(self, p):
@@ -46,7 +47,7 @@ class RotaryAttention(ShippedCore):  # Llama: rotary q and k, grouped kv heads, 
 class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, rotary
     name, rotary = "mine.gemma2_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
-                          "softcap", "weights"})
+                          "softcap", "weights", "packed"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
@@ -60,7 +61,7 @@ class CappedAttention(ShippedCore):  # Gemma 2: the cap in its eager function, r
 class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, then rotary
     name, rotary = "mine.gemma3_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa",
-                          "weights"})
+                          "weights", "packed"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):
@@ -75,7 +76,7 @@ class QKNormAttention(ShippedCore):  # Gemma 3: RMSNorm on each q and k head, th
 class SinkAttention(ShippedCore):  # gpt-oss: a sink logit per head in the softmax, rotary
     name, rotary = "mine.gpt_oss_attention[shipped]", True
     features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "scale", "gqa", "sinks",
-                          "weights"})
+                          "weights", "packed"})
     deviations = DEVIATIONS["eager"]
 
     def build(self, p):

@@ -435,3 +435,40 @@ def test_repro_saves_and_replays_the_problem_a_module_as_shipped_posed(cli, tmp_
     code = repro.replay(good / "problem.npz", impl.name, examples, "cpu", "float32",
                         "variants", "softcap_valid_lens")
     assert code == 0
+
+
+PACKED = ("docs", "causal_docs", "loud_neighbour", "single_token_docs")
+
+
+def test_packed_sequences_as_shipped_keep_apart_and_restart_their_positions(shipped, layers):
+    """A packed row is one call (#52 item 2, #50's cap in packed sequences): the mask keeps
+    the sequences apart and the rotary positions restart at each, as padding-free training's
+    position_ids do. Gemma 2's capped layer passes the packed cases, its cap among them; the
+    same layer handed a plain causal mask instead (the sequences attend each other) fails;
+    the positions it hands the rotary embedding restart at each sequence's first token."""
+    impl = layers.CappedAttention()
+    names = PACKED + ("softcap_causal_docs",)
+    assert _verdicts(_outcomes(impl, "packed", names)) == {n: "pass" for n in names}
+
+    class Mixed(layers.CappedAttention):
+        name = "bug.packed_sequences_mixed"
+
+        def call(self, module, query, key, value, mask, need_weights):
+            causal = torch.tril(torch.ones(query.shape[1], query.shape[1], dtype=torch.bool))
+            mixed = torch.where(causal, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+            return module(query, mixed.expand(query.shape[0], -1, -1)[:, None])[0], None
+
+    got = _verdicts(_outcomes(Mixed(), "packed", ("causal_docs", "softcap_causal_docs")))
+    assert got == {"causal_docs": "fail", "softcap_causal_docs": "fail"}, got
+
+    seen = {}
+
+    class Positions(layers.CappedAttention):
+        def call(self, module, query, key, value, mask, need_weights):
+            seen["positions"] = getattr(self, "_packed_positions", None)
+            return super().call(module, query, key, value, mask, need_weights)
+
+    _outcomes(Positions(), "packed", ("causal_docs",))
+    p = catalog.get("packed", "causal_docs").problem_for(impl)
+    starts = np.flatnonzero(np.diff(p.mask.segments[0])) + 1
+    assert seen["positions"][0, 0] == 0 and (seen["positions"][0, starts] == 0).all()

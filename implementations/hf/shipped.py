@@ -43,7 +43,7 @@ import torch
 
 from implementations.torch.common import TorchModuleCore
 from suite.plugins.interface import Posed, Result, Unsupported
-from suite.spec.problem import Problem, Weights
+from suite.spec.problem import Problem, Weights, seq_lens
 
 # The name the capturing function is registered under in transformers' AttentionInterface.
 CAPTURE = "mha_suite_shipped"
@@ -174,8 +174,10 @@ def route_attention(module: torch.nn.Module) -> torch.nn.Module:
 class ShippedLayer(torch.nn.Module):
     """A transformers attention layer as its model runs it: its own rotary embedding
     (``rotary``, None for none; ``rotary_kwargs`` its other arguments, Gemma 3's
-    ``layer_type``) computes cos and sin at positions 0..L-1, the mask goes in
-    as ``attention_mask`` and ``is_causal=False`` (the mask holds the problem's causality)."""
+    ``layer_type``) computes cos and sin at ``positions`` (B, L) (default 0..L-1; a packed
+    row's restart at each sequence, as padding-free training's ``position_ids`` do), the mask
+    goes in as ``attention_mask`` and ``is_causal=False`` (the mask holds the problem's
+    causality, a packed row's sequences kept apart included)."""
 
     def __init__(self, attn: torch.nn.Module, rotary: Optional[torch.nn.Module] = None,
                  **rotary_kwargs: Any):
@@ -183,10 +185,11 @@ class ShippedLayer(torch.nn.Module):
         self.attn, self.rotary, self.rotary_kwargs = attn, rotary, rotary_kwargs
 
     def forward(self, hidden: torch.Tensor, attention_mask: Optional[torch.Tensor],
-                **kwargs: Any):
+                positions: Optional[torch.Tensor] = None, **kwargs: Any):
         B, L = hidden.shape[:2]
         if self.rotary is not None:
-            positions = torch.arange(L, device=hidden.device)[None].expand(B, L)
+            if positions is None:
+                positions = torch.arange(L, device=hidden.device)[None].expand(B, L)
             kwargs["position_embeddings"] = self.rotary(hidden, positions,
                                                         **self.rotary_kwargs)
         return self.attn(hidden, attention_mask=attention_mask, is_causal=False, **kwargs)
@@ -205,7 +208,9 @@ class ShippedCore(TorchModuleCore):
     poses_problem = True  # its own q, k and v: ``fetch`` returns Result.posed
     kv_source = "self"  # a layer takes one hidden_states
     projection_bias = False  # the problem's projections are not the module's
-    features = frozenset({"valid_lens", "causal", "bool_mask", "bias"})
+    # packed: one call on a row of sequences back to back, the mask keeping them apart and
+    # the rotary positions restarting at each (``ShippedLayer``)
+    features = frozenset({"valid_lens", "causal", "bool_mask", "bias", "packed"})
     attn = "eager"  # the attention implementation the layer's config names
     # Where the q, k, v are read: "attention_interface" (a transformers layer's call of its
     # attention function) or "sdpa" (a torch module's calls of
@@ -238,6 +243,9 @@ class ShippedCore(TorchModuleCore):
         why = unposable(problem)
         if why:
             raise Unsupported(f"as shipped: {why}")
+        segments = problem.mask.segments  # each token's position within its own sequence
+        self._packed_positions = None if segments is None else np.stack(
+            [np.concatenate([np.arange(n) for n in lens]) for lens in seq_lens(segments)])
         return super().prepare(problem, device, dtype, **kw)
 
     def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
@@ -249,7 +257,12 @@ class ShippedCore(TorchModuleCore):
     def call(self, module, query, key, value, mask, need_weights):
         eager = self.capture == "attention_interface" and self.attn == "eager"
         fill = torch.finfo(query.dtype).min if eager else -math.inf
-        out = module(query, mask.additive(fill))
+        packed = getattr(self, "_packed_positions", None)
+        if packed is None:
+            out = module(query, mask.additive(fill))
+        else:
+            out = module(query, mask.additive(fill),
+                         positions=torch.as_tensor(packed, device=query.device))
         return (out[0] if isinstance(out, tuple) else out), None
 
     def run(self, state: Dict[str, Any]):
