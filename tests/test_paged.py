@@ -284,3 +284,24 @@ def test_a_pallas_paged_kernel_called_without_its_cap_fails(kernel, dtype):
 
     out = _run_interpreted(Uncapped(), "softcap_one_row", dtype)
     assert out.outcome == "fail", out.reason
+
+
+def test_a_jax_whose_kernel_takes_no_cap_makes_a_capped_case_unsupported():
+    """The paged kernels gained attn_logits_soft_cap after splash, inside jax's declared
+    range: where the installed kernel has no such argument, a capped case is unsupported in
+    one line (not a TypeError), and an uncapped one goes on."""
+    pytest.importorskip("jax")
+    import dataclasses
+
+    from implementations.kernels import pallas as pallas_attention
+    from suite.plugins.interface import Unsupported
+
+    def older(q, k_pages, v_pages, lengths, page_indices, *, pages_per_compute_block):
+        raise AssertionError("not called")
+
+    (case,) = [c for c in PAGED if c.name == "softcap_one_row"]
+    p = case.problem()
+    with pytest.raises(Unsupported, match=r"'s paged_attention takes no attn_logits_soft_cap"):
+        pallas_attention.check_softcap("pallas.tpu.paged", p, older, "paged_attention")
+    pallas_attention.check_softcap("pallas.tpu.paged", dataclasses.replace(p, softcap=None),
+                                   older, "paged_attention")

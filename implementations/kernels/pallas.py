@@ -354,6 +354,7 @@ class PallasTpuSplash(PallasTpuCore):
         blocks = self.block_sizes(Lp)
         make = sa.make_splash_mqa_single_device if problem.K == 1 else \
             sa.make_splash_mha_single_device
+        check_softcap(self.name, problem, sa.make_splash_mha, "make_splash_mha")
         # Gemma 2's cap as the kernel's own attn_logits_soft_cap (cap * tanh(logits / cap) on
         # the logits of the scaled q, before the mask), in a packed batch too.
         self.kernels = [make(m, block_sizes=blocks, attn_logits_soft_cap=problem.softcap)
@@ -465,6 +466,18 @@ class PallasGpuDecode(PallasCore):
         return out[:, :, None], None  # (B, H, 1, D)
 
 
+def check_softcap(name: str, problem: Problem, kernel: Any, called: str) -> None:
+    """Raise ``Unsupported`` for a capped problem where the installed jax's ``kernel``
+    (``called``) takes no ``attn_logits_soft_cap`` (the paged kernels gained theirs after
+    splash)."""
+    import inspect
+
+    if problem.softcap is not None and \
+            "attn_logits_soft_cap" not in inspect.signature(kernel).parameters:
+        raise Unsupported(f"{name}: jax {jax.__version__}'s {called} takes no "
+                          f"attn_logits_soft_cap (the cap)")
+
+
 def check_paged_step(name: str, problem: Problem) -> None:
     """Raise ``Unsupported`` unless ``problem`` is what a paged decode kernel takes: a paged
     cache, one query per sequence, and that row seeing exactly its cache's filled slots (the
@@ -506,7 +519,10 @@ class PallasTpuPaged(PallasTpuCore):
     repeat_kv = False  # the kernel reads K kv heads itself
 
     def check_shapes(self, problem: Problem, device: str) -> None:
+        from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
         check_paged_step(self.name, problem)
+        check_softcap(self.name, problem, paged_attention, "paged_attention")
         self.softcap = problem.softcap  # its attn_logits_soft_cap, on the scaled q's logits
 
     def attend_paged(self, q, k_pages, v_pages, block_table, lengths, mask: AttendMask,
@@ -540,7 +556,10 @@ class PallasGpuPaged(PallasCore):
     deviations = {"float32_dots": tf32_on_gpu("the kernel's float32 dots")}
 
     def check_shapes(self, problem: Problem, device: str) -> None:
+        from jax.experimental.pallas.ops.gpu import paged_attention as pa
+
         check_paged_step(self.name, problem)
+        check_softcap(self.name, problem, pa.paged_attention, "paged_attention")
         self.softcap = problem.softcap  # its attn_logits_soft_cap, on the scaled q's logits
         P = problem.paging.page_size
         if not interpreted(device) and P & (P - 1):  # its Triton lowering's ValueError
