@@ -232,6 +232,15 @@ def test_a_torch_modules_sdpa_call_is_captured_and_judged(shipped, torch_module)
             m = mask.additive()
             return module(query, None if m is None else m.transpose(-1, -2)), None
 
+    # a subclass that inherits ShippedCore's features runs packed rows on its own module:
+    # the packed mask alone, no positions keyword its forward does not take
+    class Inherits(torch_module.NormedRotary):
+        name = "mine.normed_rotary[inherited]"
+        features = torch_module.ShippedCore.features
+
+    packed = _outcomes(Inherits(), "packed", ("docs", "causal_docs"))
+    assert _verdicts(packed) == {"docs": "pass", "causal_docs": "pass"}, _verdicts(packed)
+
     bad = _outcomes(Transposed(), "masking", names[:4])
     assert _verdicts(bad) == {"none": "pass", "valid_lens": "fail", "causal": "fail",
                               "bool_mask": "fail"}, _verdicts(bad)

@@ -258,7 +258,8 @@ class ShippedCore(TorchModuleCore):
         eager = self.capture == "attention_interface" and self.attn == "eager"
         fill = torch.finfo(query.dtype).min if eager else -math.inf
         packed = getattr(self, "_packed_positions", None)
-        if packed is None:
+        # (a module of the plugin's own gets the packed mask alone: its positions are its own)
+        if packed is None or not isinstance(module, ShippedLayer):
             out = module(query, mask.additive(fill))
         else:
             out = module(query, mask.additive(fill),
