@@ -226,6 +226,13 @@ class Implementation:
     # base in one code path names the families that path changes, which keeps the CI's cost
     # down; the other families are reported unsupported with the list.
     families: ClassVar[Optional[FrozenSet[str]]] = None
+    # What the plugin's module fixes beyond its features: ``causal`` True for a decoder that
+    # takes causal problems only, False for a module that takes none (an encoder), None for
+    # either; ``rotary`` True where rotary embeddings turn pairs of the head width (an odd
+    # width is unsupported). The property-based family draws within them, so its examples
+    # are judged rather than refused; every other family's cases are posed as they are.
+    causal: ClassVar[Optional[bool]] = None
+    rotary: ClassVar[bool] = False
 
     def framework_version(self) -> str:
         """The version of the library ``framework`` names (its installed distribution:
@@ -527,6 +534,11 @@ def check_interface(cls: type) -> None:
                                            and kv >= 1)):
         raise TypeError(f"{cls.__name__}.kv_heads: expected None, a positive int or 'half', "
                         f"got {kv!r}")
+    if not (declared(cls, "causal") is None or isinstance(declared(cls, "causal"), bool)):
+        raise TypeError(f"{cls.__name__}.causal: expected None, True or False, got "
+                        f"{cls.causal!r}")
+    if not isinstance(declared(cls, "rotary"), bool):
+        raise TypeError(f"{cls.__name__}.rotary: expected True or False, got {cls.rotary!r}")
     if not isinstance(declared(cls, "projection_bias"), bool):
         raise TypeError(f"{cls.__name__}.projection_bias: expected True or False, got "
                         f"{cls.projection_bias!r}")

@@ -12,7 +12,7 @@ features the implementation declares, so every example is a fair question.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -38,15 +38,17 @@ INTERPRETED_EXAMPLES = 5
 
 
 @st.composite
-def problems(draw, features: frozenset, self_attention: bool = False):
+def problems(draw, features: frozenset, self_attention: bool = False,
+             causal: Optional[bool] = None, rotary: bool = False):
     """A seeded problem within small bounds, using only ``features``; ``self_attention``:
     one input as query, key and value (a plugin with ``kv_source = "self"``, which takes
-    no other problem). The score variants the plugin declares are drawn last, so a plugin
-    declaring none draws what it always drew."""
+    no other problem); ``causal`` and ``rotary``: the plugin's declarations of that name
+    (True: always causal; even head widths). The score variants the plugin declares are
+    drawn last, so a plugin declaring none draws what it always drew."""
     H = draw(st.integers(1, 6))
     K = draw(st.sampled_from([k for k in range(1, H + 1) if H % k == 0])) \
         if "gqa" in features else H
-    D = draw(st.integers(1, 9))
+    D = draw(st.sampled_from(EVEN_WIDTHS)) if rotary else draw(st.integers(1, 9))
     B = draw(st.integers(1, 3))
     L = draw(st.integers(1, 24))
     S = draw(st.integers(1, 24)) if "cross" in features and not self_attention else L
@@ -56,7 +58,7 @@ def problems(draw, features: frozenset, self_attention: bool = False):
     if "valid_lens" in features and draw(st.booleans()):
         kw["valid_lens"] = rng.integers(1, S + 1, size=B)  # rows keep >= 1 key
     causal_kinds = [k for k in ("causal", "causal_bottom_right") if k in features]
-    if causal_kinds and draw(st.booleans()):
+    if causal_kinds and (causal or draw(st.booleans())):
         kind = draw(st.sampled_from(causal_kinds))
         kw["causal"] = True
         kw["causal_align"] = "top_left" if kind == "causal" else "bottom_right"
@@ -77,6 +79,9 @@ def problems(draw, features: frozenset, self_attention: bool = False):
                      else 1.0)
     return draw_variants(draw, p, features, rng)
 
+
+# The head widths drawn for a plugin whose rotary embeddings turn pairs (``rotary``).
+EVEN_WIDTHS = (2, 4, 6, 8)
 
 # The score variants the random shapes draw (each with probability 1/2 where declared).
 VARIANTS = frozenset({"softcap", "alibi", "rel_bias", "sinks"})
@@ -190,13 +195,14 @@ def inference_examples(features: frozenset, self_attention: bool = False) -> lis
     return [dataclasses.replace(p, **out).validate()]
 
 
-def _heads(draw, features: frozenset):
-    """(H, K, D, V): query heads, key/value heads (a divisor of H where ``gqa``), head width,
-    value head width (another where ``value_width``, drawn as ``problems`` draws it)."""
+def _heads(draw, features: frozenset, rotary: bool = False):
+    """(H, K, D, V): query heads, key/value heads (a divisor of H where ``gqa``), head width
+    (even where ``rotary``), value head width (another where ``value_width``, drawn as
+    ``problems`` draws it)."""
     H = draw(st.integers(1, 6))
     K = draw(st.sampled_from([k for k in range(1, H + 1) if H % k == 0])) \
         if "gqa" in features else H
-    D = draw(st.integers(1, 9))
+    D = draw(st.sampled_from(EVEN_WIDTHS)) if rotary else draw(st.integers(1, 9))
     V = draw(st.sampled_from([v for v in range(1, 10) if v != D])) \
         if "value_width" in features and draw(st.booleans()) else None
     return H, K, D, V
@@ -248,7 +254,7 @@ def _draw_decode(draw, features: frozenset, seed: int, B: int, heads, scale: flo
 
 
 def _draw_packed(draw, features: frozenset, seed: int, B: int, heads, scale: float,
-                 self_attention: bool):
+                 self_attention: bool, always_causal: bool = False):
     """A packed problem (``packed_problem``): B rows of L in [1, 20] tokens, each cut into
     sequences at drawn boundaries; causal where ``causal`` (drawn), a sliding window inside
     each sequence where ``bool_mask`` (drawn); one input for query, key and value where the
@@ -262,7 +268,7 @@ def _draw_packed(draw, features: frozenset, seed: int, B: int, heads, scale: flo
         cuts = draw(st.lists(st.booleans(), min_size=L - 1, max_size=L - 1))
         ends = [i + 1 for i, cut in enumerate(cuts) if cut] + [L]
         rows.append(np.diff([0] + ends).tolist())
-    causal = "causal" in features and draw(st.booleans())
+    causal = "causal" in features and (always_causal or draw(st.booleans()))
     window = draw(st.integers(1, L)) if "bool_mask" in features and draw(st.booleans()) \
         else None
     one_input = self_attention or draw(st.booleans())
@@ -271,7 +277,8 @@ def _draw_packed(draw, features: frozenset, seed: int, B: int, heads, scale: flo
                           value_head_dim=V)
 
 
-def _draw_paged(draw, features: frozenset, seed: int, B: int, heads, scale: float):
+def _draw_paged(draw, features: frozenset, seed: int, B: int, heads, scale: float,
+                always_causal: bool = False):
     """A paged problem (``paged``): a drawn decode problem (rows at offsets, or by lengths
     alone where ``valid_lens``; by lengths alone only, without ``decode``) paged in blocks of
     1 to 6 slots, 1 to 4 spare garbage blocks in the pool, and sometimes a later sequence
@@ -280,7 +287,8 @@ def _draw_paged(draw, features: frozenset, seed: int, B: int, heads, scale: floa
     from suite.spec.paging import blocks_used, lengths_of
 
     decode = {"decode", "causal"} <= features
-    lengths_only = not decode or ("valid_lens" in features and draw(st.booleans()))
+    lengths_only = not decode or (not always_causal and "valid_lens" in features
+                                  and draw(st.booleans()))
     p = _draw_decode(draw, features, seed, B, heads, scale, lengths_only=lengths_only)
     P = draw(st.integers(1, 6))
     shared = []
@@ -294,23 +302,24 @@ def _draw_paged(draw, features: frozenset, seed: int, B: int, heads, scale: floa
 
 
 @st.composite
-def inference_problems(draw, features: frozenset, self_attention: bool = False):
+def inference_problems(draw, features: frozenset, self_attention: bool = False,
+                       causal: Optional[bool] = None, rotary: bool = False):
     """A seeded problem in one of the inference forms ``features`` allows
     (``inference_forms``), at small random sizes, with the score variants the plugin
     declares drawn on top (``draw_variants``): ALiBi and the relative table at top_left
     beside an offset or sequences (the form places each row at its absolute position, which
     ``Problem.validate`` requires), in either alignment by lengths alone."""
     form = draw(st.sampled_from(inference_forms(features, self_attention)))
-    heads = _heads(draw, features)
+    heads = _heads(draw, features, rotary)
     B = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**31 - 1))
     scale = 2.0 if features & VARIANTS else 1.0
     if form == "decode":
         p = _draw_decode(draw, features, seed, B, heads, scale)
     elif form == "packed":
-        p = _draw_packed(draw, features, seed, B, heads, scale, self_attention)
+        p = _draw_packed(draw, features, seed, B, heads, scale, self_attention, bool(causal))
     else:
-        p = _draw_paged(draw, features, seed, B, heads, scale)
+        p = _draw_paged(draw, features, seed, B, heads, scale, bool(causal))
     placed = p.mask.query_offset is not None or p.mask.segments is not None
     return draw_variants(draw, p, features, np.random.default_rng(seed),
                          aligns=("top_left",) if placed else None)
@@ -344,6 +353,18 @@ def example_count(request, target, listed_to_show: bool) -> int:
         # stopped short would call a standing entry stale (it stops at its first failure).
         return examples(target[0].impl, target[1], n)
     return n
+
+
+def drawn_within(impl) -> Tuple[frozenset, dict]:
+    """The features ``impl``'s draws use and what its module fixes beyond them (the
+    ``causal`` and ``rotary`` declarations, as the strategies take them): drawn within, its
+    examples are judged rather than refused (a causal decoder was handed a non-causal problem
+    half the time). An encoder (``causal = False``) draws without its causal features."""
+    features = frozenset(impl.features)
+    fixes = {"causal": declared(impl, "causal"), "rotary": declared(impl, "rotary")}
+    if fixes["causal"] is False:
+        features -= {"causal", "causal_bottom_right"}
+    return features, fixes
 
 
 def describe(p) -> str:
@@ -384,7 +405,7 @@ def run_drawn(name: str, strategy, target, conform, request, listed_known_failur
 
     def judge(impl, out):
         tried = []
-        features = frozenset(impl.features)
+        features, fixes = drawn_within(impl)
         self_attention = declared(impl, "kv_source") == "self"
         refused = refuse(features, self_attention)
         if refused:
@@ -410,7 +431,8 @@ def run_drawn(name: str, strategy, target, conform, request, listed_known_failur
                          print_blob=True,
                          # one failure, the smallest: two distinct ones came back as an
                          # ExceptionGroup, an error naming neither (hf.model.llama[flex])
-                         report_multiple_bugs=False)(given(strategy(features, self_attention))(check))
+                         report_multiple_bugs=False)(
+            given(strategy(features, self_attention, **fixes))(check))
         try:
             check()
         except FlakyFailure as exc:  # failed once, passed when Hypothesis replayed it
