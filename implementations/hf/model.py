@@ -58,8 +58,8 @@ from suite.plugins import adapters
 from suite.plugins.adapters import dropout_seed
 from suite.plugins.declarations import Contract, Deviation
 from suite.plugins.interface import Unsupported
-from suite.spec.problem import Problem, seq_lens
-from suite.spec.variants import alibi_slopes
+from suite.spec.problem import Problem
+from suite.spec.variants import alibi_slopes, segment_positions
 
 # The attention implementations a name may use, as transformers spells them.
 ATTN_IMPLEMENTATIONS = {"eager": "eager", "sdpa": "sdpa", "flex": "flex_attention"}
@@ -269,10 +269,9 @@ class HFModelCore(SeededDropout, TorchModuleCore):
         packed row as padding-free training hands it over (positions restarting at each
         sequence, no mask, no cache)."""
         if problem.mask.segments is not None:
-            positions = [np.concatenate([np.arange(n) for n in lens])
-                         for lens in seq_lens(problem.mask.segments)]
+            positions = segment_positions(problem.mask.segments)  # (B, L)
             return {"attention_mask": None, "problem": problem, "use_cache": False,
-                    "position_ids": torch.as_tensor(np.stack(positions), device=device)}
+                    "position_ids": torch.as_tensor(positions, device=device)}
         if adapters.requested_form(problem):  # the form's (B, S) key padding, True = attend
             keep = adapters.form_mask(problem).key_padding
         else:

@@ -43,7 +43,8 @@ import torch
 
 from implementations.torch.common import TorchModuleCore
 from suite.plugins.interface import Posed, Result, Unsupported
-from suite.spec.problem import Problem, Weights, seq_lens
+from suite.spec.problem import Problem, Weights
+from suite.spec.variants import segment_positions
 
 # The name the capturing function is registered under in transformers' AttentionInterface.
 CAPTURE = "mha_suite_shipped"
@@ -244,8 +245,7 @@ class ShippedCore(TorchModuleCore):
         if why:
             raise Unsupported(f"as shipped: {why}")
         segments = problem.mask.segments  # each token's position within its own sequence
-        self._packed_positions = None if segments is None else np.stack(
-            [np.concatenate([np.arange(n) for n in lens]) for lens in seq_lens(segments)])
+        self._packed_positions = None if segments is None else segment_positions(segments)
         return super().prepare(problem, device, dtype, **kw)
 
     def load_weights(self, module: torch.nn.Module, problem: Problem) -> None:
