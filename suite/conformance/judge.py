@@ -503,8 +503,9 @@ def _classify(impl: Implementation, out: Outcome, p: Problem, res: Result,
     # A declaration holds where its ``where`` says (versions, level, device, problems): a
     # per-dtype one in its dtype only; elsewhere the spec's answer is required.
     policies = deviations_for(impl, dtype, out.device, isa)
-    # every float32 problem shows how its products take their operands
-    shown = exhibited + (["float32_dots"] if dtype == "float32" else [])
+    # every float32 problem shows how its products take their operands, every float64 one
+    # the dtype its softmax runs in
+    shown = exhibited + [b for b, in_dtype in PRECISION_POLICIES.items() if in_dtype == dtype]
     declared: Dict[str, Deviation] = {b: policies[b] for b in shown if b in policies
                                       and policies[b].where.holds_for(p, dtype, isa)}
     known = [kb for kb in held if kb.behaviour not in declared]
@@ -517,7 +518,7 @@ def _classify(impl: Implementation, out: Outcome, p: Problem, res: Result,
                           policy_of.get("fully_masked_rows", "zero"), "nan_padding" in policy_of,
                           "bias_masked_rows" in policy_of, "nan_query_rows" in policy_of,
                           policy_of.get("query_padded_rows", "zero"),
-                          policy_of.get("float32_dots"), policy_of.get("causal_emptied_rows"))
+                          precision_of(policy_of), policy_of.get("causal_emptied_rows"))
     said = "; ".join([d.describe(b) for b, d in declared.items()]
                      + [kb.describe() for kb in known])
     broken = [c for c in policy if not c.passed]
@@ -648,12 +649,30 @@ def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> s
 
 # --- how far two results of one implementation may differ (the properties, the packed
 # family's packed-vs-padded agreement) ---------------------------------------------------
+# The declarable departures from the plain algorithm in one dtype (the behaviour -> the dtype
+# it is about): how float32 products take their operands, the dtype a float64 softmax runs in.
+PRECISION_POLICIES = {"float32_dots": "float32", "float64_softmax": "float64"}
+
+
+def precision_of(policy_of: Dict[str, str]) -> Optional[str]:
+    """The oracle's ``dots`` (``suite.spec.oracle.DOTS``) for the declared policies in
+    ``policy_of`` (behaviour -> policy): "tf32" for float32_dots=tf32, "softmax32" for
+    float64_softmax=float32, None for neither."""
+    if policy_of.get("float32_dots") == "tf32":
+        return "tf32"
+    if policy_of.get("float64_softmax") == "float32":
+        return "softmax32"
+    return None
+
+
 def dots_policy(impl: Implementation, out: Outcome, p: Problem) -> Optional[Deviation]:
-    """The float32_dots policy ``impl`` declares where this run is (None: float32 products)."""
-    if out.dtype != "float32":
+    """The precision policy ``impl`` declares where this run is (float32_dots in float32,
+    float64_softmax in float64; None: the plain algorithm)."""
+    behaviour = next((b for b, d in PRECISION_POLICIES.items() if d == out.dtype), None)
+    if behaviour is None:
         return None
     isa = implementation_isa(impl, out.device)
-    d = deviations_for(impl, out.dtype, out.device, isa).get("float32_dots")
+    d = deviations_for(impl, out.dtype, out.device, isa).get(behaviour)
     return d if d is not None and d.where.holds_for(p, out.dtype, isa) else None
 
 
@@ -672,7 +691,8 @@ def slack_for(impl: Implementation, out: Outcome, p: Problem) -> float:
     """How far two of ``impl``'s results for ``p`` may differ in this run's dtype and place
     (twice the rule's bound, with the float32 dots policy it declares there)."""
     dots = dots_policy(impl, out, p)
-    return slack(impl, p, out.dtype, dots and dots.policy)
+    behaviour = next((b for b, d in PRECISION_POLICIES.items() if d == out.dtype), "")
+    return slack(impl, p, out.dtype, dots and precision_of({behaviour: dots.policy}))
 
 
 def forms_agree(impl: Implementation, out: Outcome, p: Problem, other: Problem,

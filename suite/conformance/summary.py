@@ -102,7 +102,7 @@ def outcome_label(r: dict) -> str:
     if r.get("outcome") == Outcome.KNOWN_FAILURE.value and r.get("known_used"):
         return ",".join(r["known_used"])
     if r.get("outcome") == Outcome.DEVIATION.value:
-        used = set(r.get("policies_used") or ()) | {"float32_dots"}
+        used = set(r.get("policies_used") or ()) | {"float32_dots", "float64_softmax"}
         said = [f"{b}={p}" for b, p in _POLICY.findall(r.get("reason") or "") if b in used]
         if said:
             return ",".join(dict.fromkeys(said))

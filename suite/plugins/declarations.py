@@ -105,6 +105,11 @@ POLICIES: Dict[str, Dict[str, str]] = {
                 "accumulate in float32, as tensor cores do: the rule's naive_t and rounding "
                 "bound round the same operands, so every other error is still a failure",
     },
+    "float64_softmax": {  # the dtype a float64 problem's softmax runs in (the spec: float64)
+        "float32": "the softmax of float64 logits runs in float32 (the logits cast down, the "
+                   "weights cast back): the rule's naive_t and rounding bound compute the "
+                   "softmax so, so every other error (a wrong row, a NaN) is still a failure",
+    },
     "nan_query_rows": {  # a query row holding NaN or inf (the spec: its output row is NaN)
         "zero": "the row's head outputs are zero (its output row is the output bias), as for "
                 "a row with no key, instead of NaN",

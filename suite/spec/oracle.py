@@ -36,11 +36,22 @@ from suite.spec.problem import Problem, variant_positions
 from suite.spec.variants import score_mod_indices
 
 ORDERS = ("blas", "sequential")
-# How float32 matrix products may take their operands (a declared ``float32_dots`` policy,
-# suite.plugins.declarations.POLICIES): None = as float32; "tf32" = rounded to TF32 first (10 stored
+# How a dtype's arithmetic may depart from the plain algorithm, as a plugin declares it
+# (suite.plugins.declarations.POLICIES): None = the plain algorithm; "tf32" (float32 only, a
+# ``float32_dots`` policy) = each matrix product's operands rounded to TF32 first (10 stored
 # mantissa bits, float32's exponent), accumulated in float32, as GPU tensor cores run float32
-# dots by default in JAX and Triton.
-DOTS = (None, "tf32")
+# dots by default in JAX and Triton; "softmax32" (float64 only, a ``float64_softmax`` policy) =
+# the softmax (the logits cast down, the max, exp, sum and division) in float32 and its
+# weights cast back, as transformers' eager attention computes it for float64 inputs.
+DOTS = (None, "tf32", "softmax32")
+PRECISION_DTYPE = {"tf32": "float32", "softmax32": "float64"}
+
+
+def precision(dtype: str, dots: Optional[str]) -> Optional[str]:
+    """``dots`` where it applies to ``dtype`` (``PRECISION_DTYPE``), else None."""
+    if dots not in DOTS:
+        raise ValueError(f"dots: expected one of {DOTS}, got {dots!r}")
+    return dots if dots is not None and PRECISION_DTYPE[dots] == dtype else None
 # What a query row with no key to attend gives (the spec is "zero"); the other policies are
 # the behaviours a plugin may declare (suite.plugins.interface.FULLY_MASKED_POLICIES).
 FULLY_MASKED = ("zero", "nan", "mean_values", "unmasked")
@@ -82,14 +93,15 @@ class Arithmetic:
                  dots: Optional[str] = None) -> None:
         if order not in ORDERS:
             raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
-        if dots not in DOTS:
-            raise ValueError(f"dots: expected one of {DOTS}, got {dots!r}")
         round_to(np.zeros(1), dtype)  # an unknown dtype fails here, naming itself
         self.dtype, self.order = dtype, order
+        self.precision = precision(dtype, dots)
         # float32 products' operands rounded to TF32 first (a declared float32_dots policy)
-        self.dots = dots if dtype == "float32" else None
+        self.dots = "tf32" if self.precision == "tf32" else None
         # Storage and accumulation type: float64 for the oracle, float32 below it.
         self.acc = np.float64 if dtype == "float64" else np.float32
+        # The softmax's own arithmetic: float32 under a float64_softmax policy, else this one.
+        self.softmax = Arithmetic("float32", order) if self.precision == "softmax32" else self
 
     def rounded(self, x) -> np.ndarray:
         """An operation's result (or an input), rounded to the dtype."""
@@ -148,7 +160,7 @@ def forward(p: Problem, ar: Arithmetic = EXACT, fully_masked: str = "zero"
         with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf follow IEEE on purpose
             return _forward(p, ar, fully_masked)
 
-    return _memo(("forward", digest(p), ar.dtype, ar.order, ar.dots, fully_masked), compute)
+    return _memo(("forward", digest(p), ar.dtype, ar.order, ar.precision, fully_masked), compute)
 
 
 def _memo(key: tuple, compute: Any) -> Any:
@@ -326,24 +338,26 @@ def _forward(p: Problem, ar: Arithmetic, fully_masked: str) -> Dict[str, np.ndar
         sees = allowed
     # Masked logits are dropped (not merely -inf), so NaN in padded keys cannot leak.
     logits = np.where(sees, logits, -np.inf)
+    sm = ar.softmax  # the softmax's arithmetic (float32 under a float64_softmax policy)
+    logits = sm.rounded(logits)  # (cast down where the softmax runs in another dtype)
     empty = ~sees.any(axis=-1, keepdims=True)  # (B, H, L, 1): a row with no key to attend
     # Special values follow IEEE arithmetic in the keys a row attends: a NaN logit makes the
     # row max NaN, a +inf one makes logit - max = inf - inf = NaN, a row whose every
     # attended logit is -inf gives -inf - -inf = NaN: each makes the whole row's weights NaN.
     row_max = logits.max(axis=-1, keepdims=True)  # (B, H, L, 1)
     row_max = np.where(empty, 0.0, row_max)  # a fully masked row has no max
-    sink = None if p.sinks is None else r(p.sinks)[None, :, None, None]  # (1, H, 1, 1)
+    sink = None if p.sinks is None else sm.rounded(p.sinks)[None, :, None, None]  # (1, H, 1, 1)
     if sink is not None:  # the sink's logit joins the max (a NaN max stays NaN)
-        row_max = np.where(empty, sink, np.maximum(row_max, sink)).astype(ar.acc)
-    e = ar.exp(r(logits - row_max))  # masked entries: exp(-inf) = 0
-    total = ar.sum(e, axis=-1)  # (B, H, L, 1)
+        row_max = np.where(empty, sink, np.maximum(row_max, sink)).astype(sm.acc)
+    e = sm.exp(sm.rounded(logits - row_max))  # masked entries: exp(-inf) = 0
+    total = sm.sum(e, axis=-1)  # (B, H, L, 1)
     if sink is not None:  # the sink joins the denominator, after the keys
-        e_sink = ar.exp(r(sink - row_max))  # (B, H, L, 1)
-        total = r(total + e_sink)
-        parts["sink_weight"] = r(e_sink / total)  # (B, H, L, 1): what the sink takes
+        e_sink = sm.exp(sm.rounded(sink - row_max))  # (B, H, L, 1)
+        total = sm.rounded(total + e_sink)
+        parts["sink_weight"] = sm.rounded(e_sink / total).astype(ar.acc)  # what the sink takes
     # A fully masked query row has no key to attend: its weights and head output are 0
     # (with a sink too: the row attends only to the sink, which takes no value).
-    weights = np.where(empty, 0.0, r(e / np.where(empty, 1, total))).astype(ar.acc)
+    weights = np.where(empty, 0.0, sm.rounded(e / np.where(empty, 1, total))).astype(ar.acc)
     if fully_masked == "nan":
         weights = np.where(dead_row, np.nan, weights).astype(ar.acc)
     # Keys no query may attend (padding) must not poison the sum: 0 * NaN is NaN.
@@ -392,7 +406,7 @@ def first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Option
                 ) -> Tuple[np.ndarray, np.ndarray]:
     """The first-order rounding bound of ``p`` in ``dtype`` (``_first_order``), computed once
     per problem and dtype in this process."""
-    dots = dots if dtype == "float32" else None
+    dots = precision(dtype, dots)
     return _memo(("first_order", digest(p), dtype, fully_masked, dots),
                  lambda: _first_order(p, dtype, fully_masked, dots))
 
@@ -439,11 +453,14 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     order's error a lottery; this is the size of the draw). The root sum of squares is
     scaled by sqrt(2 ln 2n), n the entries compared, as the rule compares the largest error.
     With ``dots`` ("tf32"), each product of a matmul also carries the rounding of its two
-    operands to that format (2 u_dots^2 |a b|^2 in place of u^2 |a b|^2).
+    operands to that format (2 u_dots^2 |a b|^2 in place of u^2 |a b|^2); with "softmax32"
+    the softmax's roundings (the logit cast down, the weight, the sink) are float32's.
     """
     u2 = UNIT_ROUNDOFF[dtype] ** 2
     # a matmul's products: each rounded once (u), or its operands rounded to ``dots`` first
-    ud2 = 2 * UNIT_ROUNDOFF[dots] ** 2 + u2 if dots else u2
+    ud2 = 2 * UNIT_ROUNDOFF[dots] ** 2 + u2 if dots == "tf32" else u2
+    # the softmax's roundings: in the dtype, or float32's under a float64_softmax policy
+    us2 = UNIT_ROUNDOFF["float32"] ** 2 if dots == "softmax32" else u2
     f = forward(p, EXACT, fully_masked)
     B, L, S, H, K, D, V = p.B, p.L, p.S, p.H, p.K, p.D, p.V
     w, x = f["w"], f["x"]
@@ -464,7 +481,7 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     s2 = float(p.effective_scale) ** 2
     kt, dkt = k2.transpose(0, 1, 3, 2), dk.transpose(0, 1, 3, 2)  # (B, H, D, S)
     dl = s2 * (ud2 * (q2 @ kt) + dq @ kt + q2 @ dkt)  # (B, H, L, S): the scaled q.k's
-    dl = u2 * squares_finite(f["logits"]) + _through_variants(p, f["variants"], dl, u2)  # the logit's
+    dl = us2 * squares_finite(f["logits"]) + _through_variants(p, f["variants"], dl, u2)  # the logit's
     dl = np.where(seen, dl, 0.0)
     heads = np.nan_to_num(f["heads"])  # (B, H, L, V)
     vals = np.nan_to_num(f["v"])  # (B, H, S, V)
@@ -472,8 +489,8 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     # A sink is one more logit in the softmax (its own rounding, u |sink|), with value 0.
     sink_var = 0.0 if p.sinks is None else (
         np.square(np.nan_to_num(f["variants"]["sink_weight"]))
-        * u2 * np.square(p.sinks)[None, :, None, None])  # (B, H, L, 1)
-    dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True) + sink_var) + u2 * w2  # (B, H, L, S)
+        * us2 * np.square(p.sinks)[None, :, None, None])  # (B, H, L, 1)
+    dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True) + sink_var) + us2 * w2  # (B, H, L, S)
     dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
           + ud2 * (w2 @ v2) + u2 * np.square(heads) + sink_var * np.square(heads))  # (B, H, L, V)
     dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * V)  # (B, L, H*V)
