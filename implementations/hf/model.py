@@ -610,6 +610,29 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
     "sdpa": {"nan_padding": _NAN_PADDING},
     "flex": {"nan_padding": _NAN_PADDING},
 }
+# The models whose eager attention runs the softmax in float32 whatever the input dtype
+# (``softmax(..., dtype=torch.float32).to(query.dtype)``: Llama, Mistral and Gemma 2's
+# eager_attention_forward, BloomAttention); GPT-2, gpt-oss and BERT keep the input dtype.
+FLOAT32_SOFTMAX = frozenset({"llama", "mistral", "gemma2", "bloom"})
+
+
+def float32_softmax_deviations(eager: Dict[str, Deviation], versions: str
+                               ) -> Dict[str, object]:
+    """``eager``'s declarations for a path whose float64 softmax runs in float32: the
+    float64_softmax policy, and in float64 the rows with no key NaN (the mask's finfo(float64).min
+    fill becomes -inf when cast to float32) where the other dtypes give the mean of the values."""
+    mean = eager["fully_masked_rows"]
+    return {**eager,
+            "float64_softmax": Deviation(
+                "float32", "the eager softmax runs in float32 for float64 inputs "
+                           "(softmax(..., dtype=torch.float32).to(query.dtype); measured, "
+                           f"{versions})"),
+            "fully_masked_rows": {
+                **{dtype: mean for dtype in ("float32", "float16", "bfloat16")},
+                "float64": Deviation(
+                    "nan", "in float64 a query row with no key to attend gives NaN: the mask's "
+                           "finfo(float64).min fill becomes -inf when the logits are cast to "
+                           f"float32 for the softmax (measured, {versions})")}}
 
 
 def _paths(attn: str, base: type) -> Tuple[Contract, ...]:
@@ -632,7 +655,10 @@ def variants() -> List[type]:
                 features = features - {"steps", "static_cache", "dropout"}
             out.append(type(f"HFModel_{model}_{attn}", (base,), {
                 "name": f"hf.model.{model}[{attn}]", "attn": attn,
-                "features": frozenset(features), "deviations": DEVIATIONS[attn],
+                "features": frozenset(features),
+                "deviations": (float32_softmax_deviations(DEVIATIONS[attn], _VERSIONS)
+                               if attn == "eager" and model in FLOAT32_SOFTMAX
+                               else DEVIATIONS[attn]),
                 # FlexAttention compiles anew for each shape and mask (seconds each).
                 "compiles_per_shape": attn == "flex", "__module__": __name__,
                 # the models share transformers' flex_attention integration and its compile
