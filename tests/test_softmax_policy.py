@@ -5,9 +5,9 @@ it passes in float64 where it is right, and a wrong row still fails."""
 import numpy as np
 import pytest
 
-from tests.conftest import planted, run_catalog_case
 from suite.conformance import catalog
 from suite.spec import oracle
+from tests.conftest import planted, run_catalog_case
 
 FAMILIES = ("masking", "shapes", "numerics")
 EMPTY_ROWS = {"fully_masked_valid_lens", "fully_masked_bool_row",
