@@ -14,7 +14,8 @@ from suite.spec.problem import InputError, Mask, make_problem
 from tests.conftest import planted, run_catalog_case
 
 NAMES = ("prefill_then_steps", "token_by_token", "chunked_prefill", "static_cache",
-         "window_in_cache", "gqa_cache", "agrees_with_prefill")
+         "window_in_cache", "window_fills_in_steps", "static_cache_exactly_full", "gqa_cache",
+         "agrees_with_prefill")
 # with a score variant (issue 50): Gemma 2's cap, gpt-oss's sinks beside its window, ALiBi,
 # a score modifier of positions
 VARIANT_NAMES = ("softcap_steps", "sinks_window_steps", "softcap_agrees_with_prefill",
@@ -105,6 +106,24 @@ def test_decode_steps_that_disagree_with_the_module_s_own_prefill_fail_the_contr
 def test_a_sliding_cache_rolled_one_step_early_fails_the_window_case():
     out = _run(_planted().RolledEarly(), "window_in_cache")
     assert out.outcome == "fail", out.reason
+
+
+def test_a_window_that_first_fills_at_a_step_and_evicts_one_more_fails_only_there():
+    """A sliding-window cache (of the windowed cases' window) right when the prefill fills
+    the window (window_in_cache passes), wrong at the step where the cache first holds the
+    window: the new case fails at its third chunk (the second decode step, rows 3..3)."""
+    bug = _planted().FirstFillEvictsOneMore()
+    assert _run(bug, "window_in_cache").outcome == "pass"
+    out = _run(bug, "window_fills_in_steps")
+    assert out.outcome == "fail" and "first wrong at step 3 of 8 (rows 3..3" in out.reason, out.reason
+
+
+def test_a_full_static_cache_that_drops_its_last_write_fails_only_when_exactly_full():
+    bug = _planted().FullCacheDropsLastWrite()
+    for name in NAMES:
+        out = _run(bug, name)
+        assert (out.outcome == "fail") == (name == "static_cache_exactly_full"), \
+            (name, out.outcome, out.reason)
 
 
 def test_a_static_cache_written_one_slot_late_fails_only_with_a_static_cache():

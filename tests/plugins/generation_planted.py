@@ -31,6 +31,37 @@ class RolledEarly(NumpyMHA):
         return kc, vc
 
 
+class FirstFillEvictsOneMore(NumpyMHA):
+    """A sliding-window cache of 4 right when the prefill fills the window, and right while
+    it slides, but which keeps only the last 3 tokens at the decode step where it first holds
+    4 (a ring buffer that wraps one step early when it fills token by token): the oldest key
+    that step's row needs is gone (zeros)."""
+
+    name = "bug.window_first_fill_early"
+    window = 4
+
+    def cache_append(self, kc, vc, k, v):
+        before = kc.shape[2]
+        kc, vc = super().cache_append(kc, vc, k, v)
+        if k.shape[2] == 1 and before < self.window <= kc.shape[2]:
+            kc, vc = kc.copy(), vc.copy()
+            kc[:, :, :-(self.window - 1)] = 0
+            vc[:, :, :-(self.window - 1)] = 0
+        return kc, vc
+
+
+class FullCacheDropsLastWrite(NumpyMHA):
+    """A static cache that takes a write reaching its last slot for an overflow and drops
+    it: right while the cache has room, wrong at the step that fills it."""
+
+    name = "bug.static_cache_full_drops_write"
+
+    def cache_write(self, kc, vc, k, v, start):
+        if start + k.shape[2] >= kc.shape[2]:
+            return kc, vc
+        return super().cache_write(kc, vc, k, v, start)
+
+
 class WrittenOneLate(NumpyMHA):
     """A static cache written one slot late (the cache position off by one)."""
 

@@ -8,9 +8,10 @@ read past what it holds fails at the rows of the step where it goes wrong (the f
 name the step), and a module whose decode steps disagree with its own prefill fails too.
 Cases: a prefill then single steps, one token at a time from an empty cache, a chunked
 prefill, a static cache longer than the sequence (``Problem.cache_len``, feature
-``static_cache``), a sliding window whose boundary falls inside the cache (given as the
-``local_window+causal_flag`` mask form to a plugin that declares it, as a sliding-window
-model's config takes it), and a grouped-query cache; with a score variant (issue 50):
+``static_cache``) and one exactly full, a sliding window whose boundary falls inside the
+cache (given as the ``local_window+causal_flag`` mask form to a plugin that declares it, as a
+sliding-window model's config takes it) and one that fills during the decode steps (a
+prefill shorter than the window), and a grouped-query cache; with a score variant (issue 50):
 Gemma 2's cap (and its steps against its own prefill), gpt-oss's sinks beside a window,
 ALiBi at each step's absolute position, BLOOM's own ALiBi, and a score modifier whose i and
 j are each step's positions in the whole sequence (and its steps against its own prefill).
@@ -95,6 +96,22 @@ def _window_in_cache(seed):
     on, the window's boundary falls inside the cache (a cache that rolls one step early or
     late reads a key too many or too few)."""
     return generation_problem(seed, (6,) + (1,) * 6, window=WINDOW)
+
+
+@case("window_fills_in_steps", judge=_window_judge)
+def _window_fills_in_steps(seed):
+    """A sliding window of 4 tokens over a prefill of 2 and 7 single steps: the window fills
+    during the steps (the cache reaches 4 tokens at the second) and slides from there, where
+    ``window_in_cache`` fills it within the prefill (a cache that evicts one key too many,
+    or too early, when it first fills at a decode step reads a key too few there)."""
+    return generation_problem(seed, (2,) + (1,) * 7, window=WINDOW)
+
+
+@case("static_cache_exactly_full")
+def _static_cache_exactly_full(seed):
+    """A static cache of 9 slots for 9 tokens (a prefill of 5, then 4 steps): the last step
+    writes the last slot (a cache that takes a full cache for an overflow drops it)."""
+    return generation_problem(seed, (5, 1, 1, 1, 1), cache_len=9)
 
 
 @case("gqa_cache")
