@@ -178,15 +178,21 @@ def test_the_native_level_is_asked_once_per_torch_build_and_cpu(monkeypatch, tmp
 
     assert native() == "avx512" and len(asked) == 1
     assert native() == "avx512" and len(asked) == 1  # read back, no child started
-    monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-b")  # another CPU
+    # the same environment's python and python3 (the mha-suite script's and python -m's):
+    # one torch, no second child
+    monkeypatch.setattr(isa.sys, "executable", isa.sys.executable + "3")
+    assert native() == "avx512" and len(asked) == 1
+    monkeypatch.setattr(isa.sys, "prefix", str(tmp_path / "another-venv"))  # another torch
     assert native() == "avx512" and len(asked) == 2
+    monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-b")  # another CPU
+    assert native() == "avx512" and len(asked) == 3
     monkeypatch.setattr(isa, "installed", lambda dist: "2.14.1" if dist == "torch" else None)
-    assert native() == "avx512" and len(asked) == 3  # another torch build
+    assert native() == "avx512" and len(asked) == 4  # another torch build
     monkeypatch.setattr(isa, "_ask_torch", lambda: asked.append(1) or None)
     monkeypatch.setattr(isa, "cpu_flags_digest", lambda: "flags-c")
-    assert native() is None and native() is None and len(asked) == 5  # a failure is not kept
+    assert native() is None and native() is None and len(asked) == 6  # a failure is not kept
     monkeypatch.setattr(isa, "installed", lambda dist: None)
-    assert native() is None and len(asked) == 5  # no torch: no child at all
+    assert native() is None and len(asked) == 6  # no torch: no child at all
     isa.native_torch_level.cache_clear()
 
 

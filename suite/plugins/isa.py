@@ -76,11 +76,14 @@ NATIVE_CACHE = "native-torch-level"
 
 def native_level_key() -> Optional[Dict[str, str]]:
     """What torch's native level depends on: its build (version, local part included) and
-    this CPU's feature flags (and the interpreter, whose torch it is); None without torch."""
+    this CPU's feature flags (and the environment whose torch it is); None without torch."""
     version = installed("torch")
     if version is None:
         return None
-    return {"torch": version, "python": sys.executable, "machine": platform.machine(),
+    # The environment, not the interpreter's name: a virtual environment's ``python`` and
+    # ``python3`` (the ``mha-suite`` script's and ``python -m suite.cli``'s) are one torch,
+    # and keying on the name made each ask torch again (4 s) after the other had.
+    return {"torch": version, "python": sys.prefix, "machine": platform.machine(),
             "cpu_flags": cpu_flags_digest()}
 
 
