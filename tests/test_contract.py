@@ -220,6 +220,26 @@ def test_a_record_naming_no_implementation_warns_and_fails_a_strict_check(cli, t
     assert "names no implementation" not in cli(*args, "--strict-declarations").stdout
 
 
+def test_a_record_of_a_library_not_installed_here_is_not_an_unknown_name(cli, tmp_path):
+    """A file of records for every framework read where one is installed (the compat
+    sessions' known_failures_compat.toml): a record whose library is absent names built-ins
+    that are not registered without it, which is not a misspelling; the same record with an
+    installed library still is (#52 item 6, #49's compat sessions under --strict-declarations)."""
+    known = tmp_path / "all-frameworks.toml"
+    record = ('[[failure]]\nname = "elsewhere"\nimplementation = "absent.lib[eager]"\n'
+              'cases = "masking/none"\nkind = "bug"\nlibrary = "{}"\nreason = "r"\n')
+    args = ["check", "--impl", "numpy", "--dtype", "float32", "--workers", "0",
+            "--known-failures", str(known), "-k", "masking/combined", "--strict-declarations"]
+    known.write_text(record.format("no-such-distribution"))
+    proc = cli(*args)
+    assert proc.returncode == 0 and "names no implementation" not in proc.stdout + proc.stderr, \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
+    known.write_text(record.format("numpy"))
+    proc = cli(*args)
+    assert proc.returncode == 2 and "names no implementation here: 'absent.lib[eager]'" in \
+        proc.stderr, proc.stderr[-2000:]
+
+
 # ------------------------------------------------------------ deviations that depend on dtype
 
 def _fully_masked_outcomes(cls) -> dict:
