@@ -616,11 +616,15 @@ DEVIATIONS: Dict[str, Dict[str, Deviation]] = {
 FLOAT32_SOFTMAX = frozenset({"llama", "mistral", "gemma2", "bloom"})
 
 
-def float32_softmax_deviations(eager: Dict[str, Deviation], versions: str
-                               ) -> Dict[str, object]:
-    """``eager``'s declarations for a path whose float64 softmax runs in float32: the
-    float64_softmax policy, and in float64 the rows with no key NaN (the mask's finfo(float64).min
-    fill becomes -inf when cast to float32) where the other dtypes give the mean of the values."""
+def deviations_of(model: str, attn: str, table: Dict[str, Dict[str, Deviation]],
+                  versions: str) -> Dict[str, object]:
+    """``table[attn]``; for the eager path of a model whose float64 softmax runs in float32
+    (``FLOAT32_SOFTMAX``) also the float64_softmax policy, and in float64 the rows with no key
+    NaN (the mask's finfo(float64).min fill becomes -inf when cast to float32) where the other
+    dtypes give the mean of the values."""
+    eager = table[attn]
+    if attn != "eager" or model not in FLOAT32_SOFTMAX:
+        return eager
     mean = eager["fully_masked_rows"]
     return {**eager,
             "float64_softmax": Deviation(
@@ -656,9 +660,7 @@ def variants() -> List[type]:
             out.append(type(f"HFModel_{model}_{attn}", (base,), {
                 "name": f"hf.model.{model}[{attn}]", "attn": attn,
                 "features": frozenset(features),
-                "deviations": (float32_softmax_deviations(DEVIATIONS[attn], _VERSIONS)
-                               if attn == "eager" and model in FLOAT32_SOFTMAX
-                               else DEVIATIONS[attn]),
+                "deviations": deviations_of(model, attn, DEVIATIONS, _VERSIONS),
                 # FlexAttention compiles anew for each shape and mask (seconds each).
                 "compiles_per_shape": attn == "flex", "__module__": __name__,
                 # the models share transformers' flex_attention integration and its compile

@@ -351,9 +351,7 @@ def variants() -> List[type]:
             features = base.features | ({"weights"} if attn == "eager" else set())
             cls = type(f"HF_{model}_{attn}", (base,), {
                 "name": f"hf.{model}[{attn}]", "attn": attn, "features": frozenset(features),
-                "deviations": (hf_model.float32_softmax_deviations(DEVIATIONS[attn], _VERSIONS)
-                               if attn == "eager" and model in hf_model.FLOAT32_SOFTMAX
-                               else DEVIATIONS[attn]),
+                "deviations": hf_model.deviations_of(model, attn, DEVIATIONS, _VERSIONS),
                 "mask_forms": MASK_FORMS[attn],
                 "contracts": EAGER_PATH if attn == "sdpa" else (), "__module__": __name__})
             out.append(cls)

@@ -505,7 +505,7 @@ def _classify(impl: Implementation, out: Outcome, p: Problem, res: Result,
     policies = deviations_for(impl, dtype, out.device, isa)
     # every float32 problem shows how its products take their operands, every float64 one
     # the dtype its softmax runs in
-    shown = exhibited + [b for b, in_dtype in PRECISION_POLICIES.items() if in_dtype == dtype]
+    shown = exhibited + [b for b in [precision_behaviour(dtype)] if b]
     declared: Dict[str, Deviation] = {b: policies[b] for b in shown if b in policies
                                       and policies[b].where.holds_for(p, dtype, isa)}
     known = [kb for kb in held if kb.behaviour not in declared]
@@ -654,6 +654,11 @@ def _where(failed: List[Comparison], res: Result, p: Problem, out: Outcome) -> s
 PRECISION_POLICIES = {"float32_dots": "float32", "float64_softmax": "float64"}
 
 
+def precision_behaviour(dtype: str) -> Optional[str]:
+    """The precision behaviour a run in ``dtype`` shows (``PRECISION_POLICIES``), or None."""
+    return next((b for b, d in PRECISION_POLICIES.items() if d == dtype), None)
+
+
 def precision_of(policy_of: Dict[str, str]) -> Optional[str]:
     """The oracle's ``dots`` (``suite.spec.oracle.DOTS``) for the declared policies in
     ``policy_of`` (behaviour -> policy): "tf32" for float32_dots=tf32, "softmax32" for
@@ -668,7 +673,7 @@ def precision_of(policy_of: Dict[str, str]) -> Optional[str]:
 def dots_policy(impl: Implementation, out: Outcome, p: Problem) -> Optional[Deviation]:
     """The precision policy ``impl`` declares where this run is (float32_dots in float32,
     float64_softmax in float64; None: the plain algorithm)."""
-    behaviour = next((b for b, d in PRECISION_POLICIES.items() if d == out.dtype), None)
+    behaviour = precision_behaviour(out.dtype)
     if behaviour is None:
         return None
     isa = implementation_isa(impl, out.device)
@@ -691,8 +696,8 @@ def slack_for(impl: Implementation, out: Outcome, p: Problem) -> float:
     """How far two of ``impl``'s results for ``p`` may differ in this run's dtype and place
     (twice the rule's bound, with the float32 dots policy it declares there)."""
     dots = dots_policy(impl, out, p)
-    behaviour = next((b for b, d in PRECISION_POLICIES.items() if d == out.dtype), "")
-    return slack(impl, p, out.dtype, dots and precision_of({behaviour: dots.policy}))
+    return slack(impl, p, out.dtype,
+                 dots and precision_of({precision_behaviour(out.dtype): dots.policy}))
 
 
 def forms_agree(impl: Implementation, out: Outcome, p: Problem, other: Problem,
