@@ -218,6 +218,9 @@ ONE_ROW_AT_THE_END = {"shared_prefix", "one_row_shuffled", "wide_pages", "page_n
                       "block_boundary", "gqa"} | MID_PAGE
 
 
+# Built-in verdicts on every paged case (36 s interpreted): CI's covering check runs the
+# paged family's sample on these kernels, `nox -s check_full` this test and every case.
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel, dtype", [
     # the TPU kernel reads its pages at bfloat16 precision in every dtype (its docstring)
     ("PallasTpuPaged", "bfloat16"),
