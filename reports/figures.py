@@ -9,6 +9,7 @@ shared scale, every line named at its end, so 25 implementations read without a 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import re
 from dataclasses import dataclass
@@ -186,22 +187,30 @@ def _label_ends(ax: plt.Axes, ends: Dict[str, Tuple[float, float]], styles: Dict
                 va="center", ha="left", clip_on=False, gid=LABEL_GID + n)
         legs = [[(xa, ya), (1.0, ya)]] if xa < 0.995 else []  # along the end's height
         legs.append([(1.0, ya), (LABEL_X - 0.005, y)])  # across the margin to the name
+        # in axes fractions, no part of the data limits: autolim would recompute the shared
+        # limits of every panel once per leader, to the same values (a third of a chart's
+        # drawing time with twenty implementations)
         ax.add_collection(LineCollection(
             legs, colors=colour, linewidths=0.6, alpha=0.6, transform=ax.transAxes,
             linestyles=[":"] * (len(legs) - 1) + ["-"], clip_on=False,
-            gid=LEADER_GID + n))
+            gid=LEADER_GID + n), autolim=False)
 
 
 def label_column_in(impls: Any) -> float:
     """The width of the label column right of each panel, in inches: ``LABEL_IN``, or what
     the longest name at ``LABEL_PT`` needs (its drawn width) past the leader."""
+    widest = max((_label_width_pt(str(n)) for n in set(impls)), default=0.0)
+    return max(LABEL_IN, widest / 72 + 0.3)
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_width_pt(name: str) -> float:
+    """The drawn width of ``name`` at ``LABEL_PT``, in points: once per name, not once per
+    chart (a text path's extents take about 20 ms, every chart of a page asks for each name)."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextPath
 
-    font = FontProperties(size=LABEL_PT)
-    widest = max((TextPath((0, 0), str(n), prop=font).get_extents().width
-                  for n in set(impls)), default=0.0)  # points
-    return max(LABEL_IN, widest / 72 + 0.3)
+    return TextPath((0, 0), name, prop=FontProperties(size=LABEL_PT)).get_extents().width
 
 
 def split_panels(impls: Any, styles: Dict[str, Style]) -> Dict[str, str]:
