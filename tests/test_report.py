@@ -112,12 +112,61 @@ def _assert_self_contained(soup: BeautifulSoup) -> None:
     assert not re.search(r"url\(|@import|https?://", str(soup.find("style")))
 
 
+def shared(tmp_path_factory, name: str, make) -> Path:
+    """``make(folder)``'s path, made once per test run in a folder of its own and read by
+    every test (of this module and of test_report_browser.py) and every xdist worker that
+    asks for ``name``: the first to ask makes it under a lock, the others wait for it and
+    read it (a report of twenty implementations is 10-20 s of drawing). Whoever reads it
+    must not change it."""
+    import os
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' folders share a parent
+        root = root.parent
+    folder = root / "shared" / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    done = folder.with_suffix(".done")
+    with FileLock(str(folder.with_suffix(".lock"))):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            done.write_text(str(make(folder)))
+    return Path(done.read_text())
+
+
+def full_report(tmp_path_factory) -> Path:
+    """The report of the vm, gpu-box and laptop fixtures against the baseline fixture."""
+    return shared(tmp_path_factory, "full", lambda folder: build_report(
+        [FIXTURES / "vm", FIXTURES / "gpu", FIXTURES / "partial"], folder / "report.html",
+        baseline_paths=[FIXTURES / "baseline"]))
+
+
+def twenty_results(tmp_path_factory) -> Path:
+    """``synthetic_results``, written once."""
+    return shared(tmp_path_factory, "twenty", synthetic_results)
+
+
+def twenty_report_path(tmp_path_factory) -> Path:
+    """The report of ``synthetic_results`` (twenty implementations)."""
+    results = twenty_results(tmp_path_factory)
+    return shared(tmp_path_factory, "twenty-report",
+                  lambda folder: build_report([results], folder / "report.html"))
+
+
+def _unencoded(monkeypatch) -> None:
+    """Charts drawn in full but not encoded as PNG (each chart's ``uri`` empty), for a test
+    that reads no image of the page: a chart's labels, title and note come from the drawn
+    figure, and the encoding (about half of a chart's time) is checked by the tests that
+    read the images (``full``, the twenty implementations' report, the browser tests)."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(figures, "to_data_uri", lambda fig, tight=True: plt.close(fig) or "")
+
+
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> BeautifulSoup:
-    out = tmp_path_factory.mktemp("report") / "report.html"
-    build_report([FIXTURES / "vm", FIXTURES / "gpu", FIXTURES / "partial"], out,
-                 baseline_paths=[FIXTURES / "baseline"])
-    return _soup(out)
+    return _soup(full_report(tmp_path_factory))
 
 
 def test_every_section_with_its_charts(full):
@@ -233,16 +282,22 @@ def test_several_machines_are_a_dimension(full):
     assert machines == {"vm", "gpu-box"}
 
 
-def test_cli_writes_the_report_and_reports_errors(cli, tmp_path):
+def test_cli_writes_the_report_and_reports_errors(cli, tmp_path, capsys):
+    from suite.cli import main
+
     out = tmp_path / "r.html"
     proc = cli("report", str(FIXTURES / "partial"), "--out", str(out),
                "--baseline-impl", "torch.sdpa")
     assert proc.returncode == 0, proc.stderr
     assert str(out.resolve()) in proc.stdout
     assert "speed-up over torch.sdpa" in " ".join(_soup(out).get_text().split())
-    proc = cli("report", str(tmp_path / "nope"))
-    assert proc.returncode == 2
-    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    # the error in this process (the command's main, as the console script calls it): a
+    # second process would spend its seconds importing pandas and seaborn to say it
+    capsys.readouterr()
+    returncode = main(["report", str(tmp_path / "nope")])
+    stderr = capsys.readouterr().err
+    assert returncode == 2
+    assert "does not exist" in stderr and "Traceback" not in stderr
 
 
 # --- twenty implementations ---------------------------------------------------------------
@@ -251,12 +306,12 @@ FAMILIES_IN_ORDER = ["numpy", "torch", "jax", "keras", "flax", "hf", "acme"]
 
 @pytest.fixture(scope="module")
 def twenty(tmp_path_factory) -> Path:
-    return synthetic_results(tmp_path_factory.mktemp("twenty"))
+    return twenty_results(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def twenty_report(twenty) -> BeautifulSoup:
-    return _soup(build_report([twenty], twenty / "report.html"))
+def twenty_report(tmp_path_factory) -> BeautifulSoup:
+    return _soup(twenty_report_path(tmp_path_factory))
 
 
 def test_family_from_the_name_else_the_recorded_framework():
@@ -558,7 +613,8 @@ def test_headline_fastest_per_band_and_what_was_not_measured(full):
     assert "checked but not in the sweep: bug.ignores_mask, jax.nn, torch.nn" in unmeasured
 
 
-def test_headline_names_interpreted_kernels_never_timed(tmp_path):
+def test_headline_names_interpreted_kernels_never_timed(tmp_path, monkeypatch):
+    _unencoded(monkeypatch)  # the headline is read, not the charts
     conf = json.loads((FIXTURES / "real" / "conformance.json").read_text())
     for r in conf["results"]:
         if r["impl"] == "numpy":
@@ -649,7 +705,8 @@ def test_a_version_matrix_keeps_each_version_apart(tmp_path):
     assert "0.4.31, 0.10.2" in listed
 
 
-def test_one_version_per_implementation_shows_no_versions_table(tmp_path):
+def test_one_version_per_implementation_shows_no_versions_table(tmp_path, monkeypatch):
+    _unencoded(monkeypatch)  # the sections are read, not the charts
     soup = _soup(build_report([FIXTURES / "real"], tmp_path / "r.html"))
     assert soup.find(id="versions") is None
 
@@ -778,7 +835,7 @@ def test_the_conformance_section_states_the_rule_the_suite_applies(full):
     assert f"{agreement.K_FORWARD:g}" in agreement.RULE_K_TEXT
 
 
-def _isa_cards(tmp_path, conformance_native, sweep_native) -> dict:
+def _isa_cards(tmp_path, monkeypatch, conformance_native, sweep_native) -> dict:
     """{kind: its card's CPU levels} of a report of the vm's conformance file (its records run
     at default, avx2 and avx512) and sweep, each recording ``*_native`` as its native level."""
     conf = json.loads((FIXTURES / "vm" / "conformance_vm.json").read_text())
@@ -793,27 +850,30 @@ def _isa_cards(tmp_path, conformance_native, sweep_native) -> dict:
         r["isa"] = ("avx512", "avx2", "default")[i % 3] if r["impl"] != "numpy" else None
     (tmp_path / "conformance.json").write_text(json.dumps(conf))
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
-    build_report([tmp_path / "conformance.json", tmp_path / "sweep.json"],
-                 tmp_path / "report.html")
+    with monkeypatch.context() as m:  # the cards are read, not the charts
+        _unencoded(m)
+        build_report([tmp_path / "conformance.json", tmp_path / "sweep.json"],
+                     tmp_path / "report.html")
     cards = _soup(tmp_path / "report.html").find(id="environment").find_all(class_="card")
     assert {c.find(class_="name").get_text() for c in cards} == {"vm"}  # one machine
     return {c.find(class_="tag").get_text(): c.find(class_="isa") for c in cards}
 
 
-def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path):
-    cards = _isa_cards(tmp_path, "avx512", None)
+def test_the_environment_card_shows_the_native_cpu_level_and_the_levels_run(tmp_path,
+                                                                          monkeypatch):
+    cards = _isa_cards(tmp_path, monkeypatch, "avx512", None)
     assert cards["conformance"].get_text() == "native avx512; ran at default, avx2, avx512"
 
 
-def test_the_cards_of_one_machine_agree_on_its_native_level(tmp_path):
+def test_the_cards_of_one_machine_agree_on_its_native_level(tmp_path, monkeypatch):
     # #42 item 11: the main job's conformance file (written where torch was never imported)
     # records no native level, its sweep does: the cards said "native not recorded; ran at
     # default, avx2, avx512" beside "native avx512; ran at none recorded"
-    cards = _isa_cards(tmp_path, None, "avx512")
+    cards = _isa_cards(tmp_path, monkeypatch, None, "avx512")
     assert cards["conformance"].get_text() == "native avx512; ran at default, avx2, avx512"
     assert cards["sweep"].get_text() == ("native avx512; points record no level: torch's "
                                          "native one unless ATEN_CPU_CAPABILITY pinned another")
-    cards = _isa_cards(tmp_path, None, None)  # recorded nowhere: said so, the levels run kept
+    cards = _isa_cards(tmp_path, monkeypatch, None, None)  # recorded nowhere: said so, the levels run kept
     assert cards["conformance"].get_text() == "native not recorded; ran at default, avx2, avx512"
     assert cards["sweep"] is None
 
@@ -967,12 +1027,14 @@ def test_head_count_chart_leaves_out_what_was_timed_at_one_head_count(twenty, tm
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "sweep.json").write_text(json.dumps(sweep))
     ok = load_sweeps([tmp_path / "r"]).query("status == 'ok'")
-    chart, = figures.time_vs_heads(ok)
+    with monkeypatch.context() as m:  # the report below draws and encodes these charts again
+        _unencoded(m)
+        chart, = figures.time_vs_heads(ok)
+        length, = figures.time_vs_length(ok)  # in the length sweep they have lines
     assert not set(single) & set(chart.labels)
     assert set(chart.labels) == {n for n, _ in TWENTY} - set(single)
     assert chart.note == "Left out, timed at a single head count here (no line to draw): " \
         "jax.nn, mymha."
-    length, = figures.time_vs_length(ok)  # in the length sweep they have lines
     assert set(single) <= set(length.labels) and length.note == ""
     soup = _soup(build_report([tmp_path / "r"], tmp_path / "report.html"))
     note = soup.find(id="heads").find("p", class_="chart-note")

@@ -13,7 +13,7 @@ import pytest
 
 from reports.build import build_report
 from reports.screenshot import FLAGS, chromium, screenshot
-from tests.test_report import TWENTY, synthetic_results
+from tests.test_report import TWENTY, full_report, synthetic_results, twenty_report_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -21,9 +21,10 @@ pytestmark = pytest.mark.skipif(chromium() is None,
                                 reason="no Chromium (Debian: apt-get install chromium)")
 
 
-def test_report_renders_in_headless_chromium(tmp_path):
-    html = build_report([FIXTURES / "vm", FIXTURES / "gpu"], tmp_path / "r.html",
-                        baseline_paths=[FIXTURES / "baseline"])
+def test_report_renders_in_headless_chromium(tmp_path_factory, tmp_path):
+    # the report of test_report.py's ``full`` (the vm, gpu-box and laptop fixtures against
+    # the baseline), built once for both modules
+    html = full_report(tmp_path_factory)
     png = screenshot(html, tmp_path / "r.png", width=1280, height=3000)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -32,43 +33,58 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert len(data) > 100_000  # charts and tables, not a blank page
 
 
-
-# Appended to a copy of the page, after the report's own script: the widths as laid out.
-MEASURE = """<script>
+# Measurements: each the body of a script appended to a copy of the page, after the report's
+# own script, that sets ``out`` (see _dump). The widths as laid out:
+MEASURE = """
 const out = {page: document.documentElement.scrollWidth, window: window.innerWidth, tables: []};
 for (const t of document.querySelectorAll("#conformance table.matrix, #ranking table")) {
   out.tables.push({cls: t.className, width: t.getBoundingClientRect().width,
                    room: t.parentElement.clientWidth, rows: t.rows.length});
-}
+}"""
+# The charts as laid out: each image's drawn and natural width, and the names it declares.
+CHARTS = """
+const out = {charts: []};
+for (const img of document.querySelectorAll("img.chart")) {
+  const sec = img.closest("section");
+  out.charts.push({section: sec ? sec.id : null, alt: img.alt,
+                   labels: JSON.parse(img.dataset.labels || "[]"),
+                   shown: img.getBoundingClientRect().width, natural: img.naturalWidth});
+}"""
+
+
+def _dump(html: Path, scripts: dict, width: int, height: int = 2000, fragment: str = "") -> dict:
+    """{name: what its script (``scripts``: {name: script}) measured} in one headless
+    Chromium at a ``width`` x ``height`` window, the page opened at ``fragment``
+    (``#anchor``) where one is given: several measurements of one page share a browser."""
+    tail = "".join(f"""<script>{{{script}
 const pre = document.createElement("pre");
-pre.id = "measured";
+pre.id = "measured-{name}";
 pre.textContent = JSON.stringify(out);
 document.body.appendChild(pre);
-</script>"""
-
-
-def _dump(html: Path, script: str, width: int, height: int = 2000, fragment: str = "") -> dict:
-    """What ``script`` measured in headless Chromium at a ``width`` x ``height`` window, the
-    page opened at ``fragment`` (``#anchor``) where one is given."""
+}}</script>""" for name, script in scripts.items())
     page = html.with_name("measure.html")
-    page.write_text(html.read_text(encoding="utf-8").replace("</body>", script + "</body>"),
+    page.write_text(html.read_text(encoding="utf-8").replace("</body>", tail + "</body>"),
                     encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
                                f"--window-size={width},{height}", "--dump-dom",
                                page.as_uri() + fragment],
                               capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="measured">(.*?)</pre>', proc.stdout)
-    assert found, f"chromium printed no measurement ({proc.returncode}): {proc.stderr[-300:]}"
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    out = {}
+    for name in scripts:
+        found = re.search(rf'<pre id="measured-{re.escape(name)}">(.*?)</pre>', proc.stdout)
+        assert found, (f"chromium printed no {name} measurement ({proc.returncode}): "
+                       f"{proc.stderr[-300:]}")
+        out[name] = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return out
 
 
 @pytest.fixture(scope="module")
 def twenty_report(tmp_path_factory) -> Path:
     """The report of ``synthetic_results`` (twenty implementations), built once for the
-    tests that only read it (about 5 s a build); each test reads its own copy."""
-    folder = tmp_path_factory.mktemp("twenty")
-    return build_report([synthetic_results(folder / "results")], folder / "r.html")
+    tests of both modules that only read it (10-20 s a build); each test reads its own
+    copy."""
+    return twenty_report_path(tmp_path_factory)
 
 
 @pytest.fixture
@@ -82,12 +98,22 @@ def twenty_html(twenty_report, tmp_path) -> Path:
 
 def _layout(html: Path, width: int) -> dict:
     """The page's and the tables' widths in headless Chromium at a ``width``-px window."""
-    return _dump(html, MEASURE, width)
+    return _dump(html, {"layout": MEASURE}, width)["layout"]
 
 
-def test_twenty_implementations_fit_a_1280px_window(twenty_html, tmp_path):
+@pytest.fixture(scope="module")
+def twenty_at_1280(twenty_report, tmp_path_factory) -> dict:
+    """The twenty implementations' report measured at a 1280-px window, its layout
+    (``MEASURE``) and its charts (``CHARTS``) in one Chromium, read by the tests below."""
+    import shutil
+
+    html = Path(shutil.copy(twenty_report, tmp_path_factory.mktemp("measured") / "r.html"))
+    return _dump(html, {"layout": MEASURE, "charts": CHARTS}, 1280)
+
+
+def test_twenty_implementations_fit_a_1280px_window(twenty_at_1280, twenty_html, tmp_path):
     html = twenty_html
-    layout = _layout(html, 1280)
+    layout = twenty_at_1280["layout"]
     assert layout["window"] == 1280
     assert layout["page"] <= 1280, "the page scrolls sideways"
     by_class = {t["cls"].split()[-1]: t for t in layout["tables"]}
@@ -99,25 +125,8 @@ def test_twenty_implementations_fit_a_1280px_window(twenty_html, tmp_path):
     assert struct.unpack(">II", png.read_bytes()[16:24]) == (1280, 3000)
 
 
-# The charts as laid out: each image's drawn and natural width, and the names it declares.
-CHARTS = """<script>
-const out = {charts: []};
-for (const img of document.querySelectorAll("img.chart")) {
-  const sec = img.closest("section");
-  out.charts.push({section: sec ? sec.id : null, alt: img.alt,
-                   labels: JSON.parse(img.dataset.labels || "[]"),
-                   shown: img.getBoundingClientRect().width, natural: img.naturalWidth});
-}
-const pre = document.createElement("pre");
-pre.id = "measured";
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-</script>"""
-
-
-def test_every_chart_names_every_implementation_at_1280px(twenty_html):
-    html = twenty_html
-    charts = _dump(html, CHARTS, 1280)["charts"]
+def test_every_chart_names_every_implementation_at_1280px(twenty_at_1280):
+    charts = twenty_at_1280["charts"]["charts"]
     by_section = {}
     for c in charts:
         by_section.setdefault(c["section"], []).append(c)
@@ -157,17 +166,12 @@ def test_a_matrix_of_the_main_jobs_sixteen_families_fits_a_1280px_window(tmp_pat
 
 # Where a link into the conformance details lands: the implementation's case list opened,
 # and the list around it, nothing else; the matrix inside one window's height.
-OPENED = """<script>
+OPENED = """
 const el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
 const wrap = document.querySelector("#conformance .matrix-wrap");
 const out = {opened: !!(el && el.open), outer: !!(el && el.closest("details.per-impl").open),
              others: document.querySelectorAll("details.per-impl details[open]").length,
-             matrix: wrap.getBoundingClientRect().height, window: window.innerHeight};
-const pre = document.createElement("pre");
-pre.id = "measured";
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-</script>"""
+             matrix: wrap.getBoundingClientRect().height, window: window.innerHeight};"""
 
 
 def test_a_link_from_the_matrix_opens_that_implementations_cases(twenty_html):
@@ -176,6 +180,6 @@ def test_a_link_from_the_matrix_opens_that_implementations_cases(twenty_html):
     html = twenty_html
     soup = BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
     link = soup.find("table", class_="matrix").find("a")["href"]
-    out = _dump(html, OPENED, 1280, height=900, fragment=link)
+    out = _dump(html, {"opened": OPENED}, 1280, height=900, fragment=link)["opened"]
     assert out["opened"] and out["outer"] and out["others"] == 1, out
     assert out["matrix"] <= 0.85 * out["window"] + 1, out
