@@ -155,7 +155,8 @@ def ci_steps(session: nox.Session, steps: Steps) -> None:
 @nox.session(default=False)
 def check_full(session: nox.Session) -> None:
     """The harness tests marked slow, then the whole conformance matrix: every case of every
-    implementation in every dtype, at every CPU level here (Keras on each backend),
+    implementation in every dtype, at every CPU level here (Keras on each backend, jax.nn's
+    float64 in JAX's 64-bit mode),
     declarations strict; then its outcomes compared case by case with the previous run's
     (kept as conformance.json.previous: `mha-suite compare`, printed, never failing the
     session), and its report. Run it on a fresh clone before resolving work that changes
@@ -179,6 +180,10 @@ def check_full(session: nox.Session) -> None:
             steps.run("check (Keras on jax)", "mha-suite", "check", "--impl", "keras.mha*",
                       "--strict-declarations", "--json", str(results),
                       *session.posargs, env={"KERAS_BACKEND": "jax"})
+            # JAX's 64-bit mode is process-wide: jax.nn's float64 in a run of its own.
+            steps.run("check (jax.nn in float64)", "mha-suite", "check", "--impl", "jax.nn",
+                      "--dtype", "float64", "--strict-declarations", "--json", str(results),
+                      *session.posargs, env={"JAX_ENABLE_X64": "1"})
         finally:  # also after a check that failed: which outcomes changed is the question
             if previous.exists() and results.exists():
                 steps.run("compare with the previous run", "mha-suite", "compare",

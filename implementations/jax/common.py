@@ -48,7 +48,9 @@ from suite.spec.problem import Problem, cotangent
 
 cache.enable_compile_caches()  # executables persist in the user's cache: compile once
 
-JAX_DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+JAX_DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
+              # only in JAX's 64-bit mode (JAX_ENABLE_X64=1); otherwise JAX makes it float32
+              "float64": jnp.float64}
 
 
 def tf32_on_gpu(what: str = "its float32 dots") -> Deviation:
@@ -491,7 +493,12 @@ def _overrides(impl: Any, name: str) -> bool:
 
 
 def _np(a) -> np.ndarray:
-    return np.asarray(jnp.asarray(a, dtype=jnp.float32)).astype(np.float64)
+    """A result as float64 NumPy: by way of float32 (NumPy has no bfloat16), unless it is
+    float64 already (JAX's 64-bit mode)."""
+    a = jnp.asarray(a)
+    if a.dtype == jnp.float64:
+        return np.asarray(a)
+    return np.asarray(a.astype(jnp.float32)).astype(np.float64)
 
 
 def masked_softmax(s):

@@ -127,7 +127,8 @@ class FlaxMHA(JaxModuleCore):
         return flax.__version__
 
     def dtypes(self, device: str) -> Sequence[str]:
-        return [t for t in JAX_DTYPES if _usable(device, t, self.returns_weights)]
+        return [t for t in JAX_DTYPES
+                if t != "float64" and _usable(device, t, self.returns_weights)]
 
     def module_mask(self, problem: Problem) -> adapters.MaskParts:
         """``mask`` (B, H|1, L, S), True = attend, and top-left causal as ``is_causal``; a
@@ -214,7 +215,7 @@ class FlaxLinenFp32Softmax(JaxModuleCore):
         return flax.__version__
 
     def dtypes(self, device: str) -> Sequence[str]:
-        return [t for t in JAX_DTYPES if probes.usable(
+        return [t for t in JAX_DTYPES if t != "float64" and probes.usable(
             f"flax.linen dtype:{self.name}:{device}:{t}", f"a {t} {self.name} call on {device}",
             lambda t=t: _probe(type(self)(), device, t))]
 

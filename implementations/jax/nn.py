@@ -142,9 +142,15 @@ class JaxNN(JaxCore):
         if self.implementation is None and not cache.memo(
                 "jax.nn gqa:cpu", functools.partial(_probe_gqa, self.implementation)):
             self.features = self.features - {"gqa"}
+        if x64():
+            self.deviations = float64_deviations(self.deviations)
 
     def dtypes(self, device: str) -> Sequence[str]:
-        return [t for t in super().dtypes(device) if _usable(device, t, self.implementation)]
+        # float64 only in JAX's 64-bit mode (JAX_ENABLE_X64=1: process-wide, so a run of its
+        # own, as nox -s check_full runs it); otherwise JAX computes float64 arrays in float32.
+        extra = ("float64",) if device == "cpu" and x64() else ()
+        return [t for t in (*super().dtypes(device), *extra)
+                if _usable(device, t, self.implementation)]
 
     def prepare(self, problem: Problem, device: str, dtype: str, **kw):
         # Key lengths as its lengths argument, unless the mask_forms family asks for a form.
@@ -223,6 +229,22 @@ class JaxNNCudnn(JaxNN):
 
     def dtypes(self, device: str) -> Sequence[str]:
         return ("float16", "bfloat16")
+
+
+def x64() -> bool:
+    """Whether JAX runs in its 64-bit mode (``jax_enable_x64``, ``JAX_ENABLE_X64=1``)."""
+    return bool(jax.config.jax_enable_x64)
+
+
+def float64_deviations(table):
+    """``table`` with what jax.nn does in float64 (JAX's 64-bit mode): its XLA path casts the
+    logits to float32 for the softmax ("Softmax and it is always carried out in fp32",
+    ``_dot_product_attention_core``) and the weights back, the float64_softmax policy (a row
+    with no key still gives the mean of the values, as in the other dtypes: measured)."""
+    return {**table, "float64_softmax": Deviation(
+        "float32", "the softmax of jax.nn.dot_product_attention's XLA path runs in float32 for "
+                   "float64 inputs (the logits cast to float32, the weights back to float64; "
+                   f"measured, jax {jax.__version__})")}
 
 
 def _usable(device: str, dtype: str, implementation) -> bool:

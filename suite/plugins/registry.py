@@ -129,9 +129,10 @@ INSTALL_HINTS = {
 
 
 DESCRIPTIONS_CACHE = "builtins"  # suite.plugins.cache name of the built-ins' descriptions
-# Environment variables that decide which built-ins can run in a process (Keras binds one
-# backend per process): the descriptions are cached per value, the probes are not affected.
-DESCRIPTIONS_ENV = ("KERAS_BACKEND",)
+# Environment variables that decide which built-ins can run in a process, and in what (Keras
+# binds one backend per process; JAX's 64-bit mode, process-wide, gives jax.nn float64): the
+# descriptions are cached per value, the probes are not affected.
+DESCRIPTIONS_ENV = ("KERAS_BACKEND", "JAX_ENABLE_X64")
 
 
 def descriptions_cache_name(env: Optional[Mapping[str, str]] = None) -> str:

@@ -51,7 +51,11 @@ def grads(p: Problem, ar: Arithmetic = EXACT) -> Dict[str, np.ndarray]:
     d_v = np.where(f["used"], ar.matmul(P.transpose(0, 1, 3, 2), d_heads), 0.0)  # (B, H, S, V)
     # Softmax backward: dlogits = P * (dP - sum(dP * P)); masked entries have P = 0 (a sink
     # adds P_sink * dP_sink = 0 to the sum: it takes no value).
-    d_logits = r(P * r(d_P - ar.sum(r(d_P * P), axis=-1)))  # (B, H, L, S)
+    # In the softmax's own arithmetic (float32 under a float64_softmax policy: the weights
+    # were cast back up, so their cotangent comes down first), then back in this one.
+    sm = ar.softmax
+    d_P, P_sm = sm.rounded(d_P), sm.rounded(P)
+    d_logits = r(sm.rounded(P_sm * sm.rounded(d_P - sm.sum(sm.rounded(d_P * P_sm), axis=-1))))
     if p.softcap is not None:  # through cap * tanh(x / cap): d/dx = 1 - tanh^2
         d_logits = r(d_logits * f["variants"]["cap_slope"])  # (B, H, L, S)
     d_q = r(ar.matmul(d_logits, k) * scale)  # (B, H, L, D)

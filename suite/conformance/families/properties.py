@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from suite.conformance.families.declare import Case, case
-from suite.conformance.judge import Outcome, attempt, slack_for
+from suite.conformance.judge import Outcome, attempt, precision_behaviour, precision_of, slack_for
 from suite.conformance.judge import dots_policy as _dots
 from suite.plugins.interface import Implementation, declared, expressible
 from suite.spec.agreement import ATOL, K_GRAD, compare, max_abs_err
@@ -162,17 +162,19 @@ def _judge_gradient(impl: Implementation, out: Outcome, p: Problem) -> Outcome:
     out.comparisons = [compare(f"grad {n}", got[n], ref[n], [b[n] for b in base],
                                out.dtype, k=K_GRAD) for n in ref]
     failed = [c for c in out.comparisons if not c.passed]
-    # (float32_dots only: the gradient's baselines have no float32 softmax of float64 logits)
-    dots = _dots(impl, out, p) if failed and out.dtype == "float32" else None
-    if dots is not None:  # float32_dots declared here: the baselines round the same operands
+    # float32_dots in float32, float64_softmax in float64, where declared: the baselines
+    # round the same operands (the softmax and its backward in float32 for the second)
+    behaviour = precision_behaviour(out.dtype)
+    dots = _dots(impl, out, p) if failed else None
+    if dots is not None:
         spec = failed[0].describe()
-        _, base = _reference(impl, p, out.dtype, dots.policy)
+        _, base = _reference(impl, p, out.dtype, precision_of({behaviour: dots.policy}))
         out.comparisons = [compare(f"grad {n}", got[n], ref[n], [b[n] for b in base],
                                    out.dtype, k=K_GRAD) for n in ref]
         failed = [c for c in out.comparisons if not c.passed]
         if not failed:
-            out.policies_used = sorted(set(out.policies_used) | {"float32_dots"})
-            return out.classify("deviation", f"declared {dots.describe('float32_dots')}; "
+            out.policies_used = sorted(set(out.policies_used) | {behaviour})
+            return out.classify("deviation", f"declared {dots.describe(behaviour)}; "
                                              f"checked (spec: {spec})")
     if failed:
         out.classify("fail", "; ".join(c.describe() for c in failed))
