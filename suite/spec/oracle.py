@@ -493,6 +493,8 @@ def _first_order(p: Problem, dtype: str, fully_masked: str = "zero", dots: Optio
     dw = w2 * (dl + (w2 * dl).sum(-1, keepdims=True) + sink_var) + us2 * w2  # (B, H, L, S)
     dh = (np.einsum("bhls,bhlsd->bhld", w2 * dl, spread) + w2 @ dv
           + ud2 * (w2 @ v2) + u2 * np.square(heads) + sink_var * np.square(heads))  # (B, H, L, V)
+    if dots == "softmax32":  # each weight cast down to float32 (us) before its float64 product
+        dh = dh + us2 * (w2 @ v2)
     dcat = dh.transpose(0, 2, 1, 3).reshape(B, L, H * V)  # (B, L, H*V)
     w_o2 = squares_finite(w["w_o"])
     dout = (dcat @ w_o2 + ud2 * (squares_finite(f["concat"]) @ w_o2)
