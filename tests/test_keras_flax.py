@@ -48,8 +48,11 @@ def test_a_missing_library_lists_its_builtins_with_what_to_install(monkeypatch, 
                                        f"(pip install 'mha-suite[{missing}]')")
 
 
-def test_the_descriptions_cache_is_per_keras_backend():
+def test_the_descriptions_cache_is_per_keras_backend_and_jax_64_bit_mode():
     assert registry.descriptions_cache_name({}) == "builtins"
+    # JAX's 64-bit mode gives jax.nn float64: its own descriptions, and off is the default's
+    assert registry.descriptions_cache_name({"JAX_ENABLE_X64": "1"}) != "builtins"
+    assert registry.descriptions_cache_name({"JAX_ENABLE_X64": "0"}) == "builtins"
     assert registry.descriptions_cache_name({"KERAS_BACKEND": "jax"}) != \
         registry.descriptions_cache_name({"KERAS_BACKEND": "torch"})
 

@@ -136,10 +136,12 @@ DESCRIPTIONS_ENV = ("KERAS_BACKEND", "JAX_ENABLE_X64")
 
 
 def descriptions_cache_name(env: Optional[Mapping[str, str]] = None) -> str:
-    """``DESCRIPTIONS_CACHE``, suffixed with each set variable of ``DESCRIPTIONS_ENV``."""
+    """``DESCRIPTIONS_CACHE``, suffixed with each variable of ``DESCRIPTIONS_ENV`` that is set
+    to something other than off (``JAX_ENABLE_X64=0`` is the default's cache, not a new one
+    that describes every built-in again)."""
     env = os.environ if env is None else env
     return "-".join([DESCRIPTIONS_CACHE, *(f"{v}={env[v]}" for v in DESCRIPTIONS_ENV
-                                           if env.get(v))])
+                                           if env.get(v, "").lower() not in ("", "0", "false"))])
 
 
 class UnknownImplementation(LookupError):
